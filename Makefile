@@ -1,0 +1,39 @@
+# The two fresh-machine commands: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/data/tiktoken)
+export TIKTOKEN_CACHE_DIR
+
+.PHONY: run test install dev bench lint clean
+
+$(BIN)/keel: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.dev: $(BIN)/keel
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/keel
+dev: $(VENV)/.dev
+
+## run Keel: SQLite store, the built-in stand-in provider unless OPENAI_API_KEY is set
+run: install
+	$(BIN)/keel serve $(if $(CONFIG),--config $(CONFIG))
+
+## install what the tests need and run them
+test: dev
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: dev
+	$(BIN)/python bench/overhead.py
+
+lint: dev
+	$(BIN)/ruff check proxy tests bench
+	$(BIN)/mypy proxy
+
+clean:
+	rm -rf $(VENV) .pytest_cache keel.db*

@@ -1,0 +1,222 @@
+"""The app factory: routes, the request lifecycle, and the seams passed in.
+
+`create_app(config, store=…, transport=…, planners=…)` builds everything a process needs;
+nothing lives at module level, so tests run several independent Keels in one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.config import KeelConfig
+from proxy.conversations import Conversations
+from proxy.errors import BodyTooLargeError, ProxyError, error_body
+from proxy.ingress import Authenticator, Caller, parse_chat, request_id
+from proxy.metrics import Metrics
+from proxy.pipeline import Pipeline, Planner
+from proxy.relay import Outcome, relay, upstream_headers
+from proxy.stores import Store, open_store
+from proxy.upstream import HttpUpstream, Upstream
+
+log = logging.getLogger("keel.access")
+
+
+class Keel:
+    """Everything one process shares across requests."""
+
+    def __init__(
+        self,
+        config: KeelConfig,
+        store: Store,
+        upstream: Upstream,
+        planners: Sequence[Planner],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.upstream = upstream
+        self.metrics = Metrics()
+        self.auth = Authenticator(config.tenants)
+        self.pipeline = Pipeline(planners, self.metrics)
+        self.conversations = Conversations(store, config.store.conversation_ttl_seconds)
+
+    async def read_body(self, request: Request) -> bytes:
+        limit = self.config.server.body_limit_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLargeError(f"request body of {declared} bytes exceeds the {limit}-byte limit")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError(f"request body exceeds the {limit}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def finisher(self, caller: Caller | None, route: str, method: str, path: str, rid: str,
+                 started: float, bytes_in: int) -> Callable[[Outcome], None]:
+        """A callback that logs and counts the request once its response is complete."""
+        tenant = caller.tenant.id if caller else "-"
+
+        def done(outcome: Outcome) -> None:
+            elapsed = time.perf_counter() - started
+            m = self.metrics
+            m.requests.labels(tenant, route, str(outcome.status)).inc()
+            m.latency.labels(tenant, route).observe(elapsed)
+            m.bytes_in.labels(tenant).inc(bytes_in)
+            m.bytes_out.labels(tenant).inc(outcome.bytes_out)
+            log.info(
+                "request",
+                extra={
+                    "request_id": rid, "tenant": tenant, "method": method, "path": path,
+                    "status": outcome.status, "latency_ms": round(elapsed * 1000, 2),
+                    "bytes_in": bytes_in, "bytes_out": outcome.bytes_out, "error": outcome.error,
+                },
+            )
+
+        return done
+
+    async def forward(self, request: Request, route: str, chat: bool) -> Response:
+        started = time.perf_counter()
+        rid = request_id(request.headers)
+        caller: Caller | None = None
+        bytes_in = 0
+        try:
+            caller = self.auth.authenticate(request.headers)
+            raw = await self.read_body(request)
+            bytes_in = len(raw)
+            tenant = caller.tenant
+            if chat:
+                parsed = parse_chat(raw, caller, request.headers, rid)
+                planned = await self.pipeline.run(parsed)
+                content: bytes | None = planned.encoded(parsed)
+                url = tenant.upstream.base_url + "/chat/completions"
+            else:
+                content = raw or None
+                url = tenant.upstream.base_url + "/" + request.url.path.removeprefix("/v1/")
+                if request.url.query:
+                    url += "?" + request.url.query
+            headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid)
+            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
+            try:
+                response = await self.upstream.open(request.method, url, headers, content)
+            except ProxyError as exc:
+                self.metrics.upstream_errors.labels(tenant.id, exc.code).inc()
+                raise
+            self.metrics.upstream_status.labels(tenant.id, str(response.status_code)).inc()
+            return await self.relay_counted(response, url, rid, done, tenant.id)
+        except ProxyError as exc:
+            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
+            done(Outcome(status=exc.status, error=exc.code))
+            return error_response(exc, rid)
+
+    async def relay_counted(
+        self, response: httpx.Response, url: str, rid: str, done: Callable[[Outcome], None], tenant: str
+    ) -> Response:
+        gauge = self.metrics.streams_open.labels(tenant)
+
+        def finish(outcome: Outcome) -> None:
+            if outcome.streamed:
+                gauge.dec()
+            done(outcome)
+
+        try:
+            relayed = await relay(response, url, rid, finish)
+        except BaseException:
+            await response.aclose()
+            raise
+        if isinstance(relayed, StreamingResponse):
+            gauge.inc()  # the body generator (and with it `finish`) starts only after we return
+        return relayed
+
+    async def ready(self) -> bool:
+        return bool(self.config.tenants) and await self.store.ping()
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+        await self.store.close()
+
+
+def error_response(exc: ProxyError, rid: str | None = None) -> Response:
+    headers = {"x-request-id": rid} if rid else None
+    return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
+
+
+def create_app(
+    config: KeelConfig,
+    *,
+    store: Store | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    upstream: Upstream | None = None,
+    planners: Sequence[Planner] = (),
+) -> FastAPI:
+    keel = Keel(
+        config,
+        store if store is not None else open_store(config.store.url),
+        upstream if upstream is not None else HttpUpstream(config.server, transport),
+        planners,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        await keel.aclose()
+
+    app = FastAPI(title="Keel", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.keel = keel
+
+    def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except ProxyError as exc:
+                return error_response(exc)
+            except Exception:
+                log.exception("unhandled_error", extra={"path": request.url.path})
+                return error_response(ProxyError("internal error in Keel; the request was not completed"))
+
+        return endpoint
+
+    async def chat(request: Request) -> Response:
+        return await keel.forward(request, "chat", chat=True)
+
+    async def passthrough(request: Request) -> Response:
+        return await keel.forward(request, "passthrough", chat=False)
+
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def readyz(request: Request) -> Response:
+        if await keel.ready():
+            return Response(b'{"status":"ready"}', media_type="application/json")
+        return Response(b'{"status":"not ready"}', status_code=503, media_type="application/json")
+
+    async def metrics(request: Request) -> Response:
+        return Response(keel.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    # Plain Starlette routes: the hot path skips FastAPI's dependency injection.
+    app.router.add_route("/v1/chat/completions", guarded(chat), methods=["POST"])
+    app.router.add_route("/healthz", healthz, methods=["GET"])
+    app.router.add_route("/readyz", readyz, methods=["GET"])
+    app.router.add_route("/metrics", metrics, methods=["GET"])
+    app.router.add_route("/v1/{path:path}", guarded(passthrough), methods=methods)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        body = error_body(f"{request.method} {request.url.path}: {exc.detail}", "invalid_request_error", code)
+        return Response(body, status_code=exc.status_code, media_type="application/json")
+
+    return app
+

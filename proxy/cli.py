@@ -1,0 +1,56 @@
+"""The `keel` command: serve, check-config, standin."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+import yaml
+
+from proxy.config import ConfigError, load_config, masked
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="keel", description="Keel: an OpenAI-compatible proxy that cuts prompt cost")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the proxy")
+    serve.add_argument("--config", help="YAML config; without it: quickstart (stand-in, or OpenAI if OPENAI_API_KEY)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int)
+    serve.add_argument("--store", default="sqlite:///keel.db", help="store URL for the quickstart")
+    check = sub.add_parser("check-config", help="validate a config and print it, secrets masked")
+    check.add_argument("file")
+    standin = sub.add_parser("standin", help="run the stand-in model provider")
+    standin.add_argument("--host", default="127.0.0.1")
+    standin.add_argument("--port", type=int, default=8090)
+    standin.add_argument("--rules", choices=["auto", "openai", "anthropic"], default="auto")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "check-config":
+            config = load_config(args.file)
+            print(yaml.safe_dump(masked(config), sort_keys=False), end="")
+            return 0
+        if args.command == "standin":
+            from proxy.server import serve_standin
+
+            serve_standin(args.host, args.port, args.rules)
+            return 0
+        from proxy.server import serve as run, serve_quickstart
+
+        if args.config:
+            run(args.config, args.host, args.port, args.workers)
+        else:
+            asyncio.run(serve_quickstart(args.host or "127.0.0.1", args.port or 8080, args.store))
+        return 0
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

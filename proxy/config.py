@@ -1,0 +1,227 @@
+"""Keel's configuration: one YAML file, validated once at load, every default filled in.
+
+The schema is the documentation: each field says what it is for. `load_config` is the only
+way in; it reads the file, merges tenants from `tenants_dir`, and returns frozen models, so
+code downstream never checks for a missing key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, unreadable or invalid; the message names the key."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimeoutsConfig(_Model):
+    connect: float = Field(5.0, gt=0, description="seconds to open a connection upstream")
+    read: float = Field(300.0, gt=0, description="seconds to wait for each upstream read")
+    write: float = Field(30.0, gt=0, description="seconds to send the request body upstream")
+    pool: float = Field(10.0, gt=0, description="seconds to wait for a free pooled connection")
+
+
+class ServerConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    workers: int = Field(1, ge=1)
+    body_limit_bytes: int = Field(16 * 1024 * 1024, gt=0, description="larger requests get 413")
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+    max_connections: int = Field(512, ge=1, description="pooled connections per upstream")
+    keepalive_connections: int = Field(128, ge=0)
+    shutdown_grace_seconds: float = Field(30.0, ge=0, description="time in-flight streams get on SIGTERM")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_bodies: bool = Field(False, description="log message bodies (debug only; never keys)")
+
+
+class StoreConfig(_Model):
+    url: str = Field("sqlite:///keel.db", description="sqlite:///path, redis://… or rediss://…")
+    conversation_ttl_seconds: int = Field(30 * 24 * 3600, gt=0, description="TTL of turn records and anchors")
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if not url.startswith(("sqlite://", "redis://", "rediss://", "unix://")):
+            raise ValueError("must start with sqlite://, redis://, rediss:// or unix://")
+        return url
+
+
+class AuthConfig(_Model):
+    keys: tuple[str, ...] = Field((), description="'sha256:<hex>' or 'env:VAR' entries")
+    passthrough: bool = Field(False, description="forward the client's own Authorization upstream")
+
+    @field_validator("keys")
+    @classmethod
+    def _key_forms(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        for key in keys:
+            if key.startswith("sha256:"):
+                digest = key.removeprefix("sha256:")
+                if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
+                    raise ValueError(f"{key[:12]}…: sha256 keys need 64 hex digits")
+            elif not key.startswith("env:") or len(key) == 4:
+                raise ValueError("each key must be 'sha256:<hex>' or 'env:VAR' (never the key itself)")
+        return keys
+
+    def key_digests(self) -> tuple[bytes, ...]:
+        """SHA-256 digests of every accepted key; env keys are read and hashed at load time."""
+        digests = []
+        for key in self.keys:
+            if key.startswith("sha256:"):
+                digests.append(bytes.fromhex(key.removeprefix("sha256:")))
+            else:
+                value = os.environ.get(key.removeprefix("env:"))
+                if value:
+                    digests.append(hashlib.sha256(value.encode()).digest())
+        return tuple(digests)
+
+
+UpstreamKind = Literal["openai", "openrouter", "anthropic-compatible", "standin"]
+
+
+class UpstreamConfig(_Model):
+    base_url: str = Field(description="e.g. https://api.openai.com/v1 (the part before /chat/completions)")
+    api_key_env: str | None = Field(None, description="environment variable holding the provider key")
+    kind: UpstreamKind = "openai"
+    headers: dict[str, str] = Field(default_factory=dict, description="extra headers sent upstream")
+
+    @field_validator("base_url")
+    @classmethod
+    def _strip_slash(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return url.rstrip("/")
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class ToolsConfig(_Model):
+    """Tool deferral and preselection (filled in by the tools issue)."""
+
+    enabled: bool = False
+
+
+class ContextConfig(_Model):
+    """Frozen system prompt and context updates (filled in by the context issue)."""
+
+    stable: bool = False
+
+
+class MemoryConfig(_Model):
+    """Per-user memory with a classifier gate (filled in by the memory issue)."""
+
+    enabled: bool = False
+
+
+class CacheConfig(_Model):
+    """Provider prompt-cache hints (filled in by the context issue)."""
+
+    breakpoints: Literal["off", "auto"] = "off"
+
+
+class TenantConfig(_Model):
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    default: bool = Field(False, description="serve passthrough requests that name no tenant")
+    auth: AuthConfig = AuthConfig()
+    upstream: UpstreamConfig
+    tools: ToolsConfig = ToolsConfig()
+    context: ContextConfig = ContextConfig()
+    memory: MemoryConfig = MemoryConfig()
+    cache: CacheConfig = CacheConfig()
+
+    @model_validator(mode="after")
+    def _has_auth(self) -> TenantConfig:
+        if not self.auth.keys and not self.auth.passthrough:
+            raise ValueError("auth needs keys or passthrough: true")
+        return self
+
+    @property
+    def features_on(self) -> bool:
+        return self.tools.enabled or self.context.stable or self.memory.enabled or self.cache.breakpoints != "off"
+
+
+class KeelConfig(_Model):
+    server: ServerConfig = ServerConfig()
+    store: StoreConfig = StoreConfig()
+    tenants: tuple[TenantConfig, ...] = ()
+    tenants_dir: str | None = Field(None, description="directory of one YAML file per tenant")
+
+    @model_validator(mode="after")
+    def _tenants_unique(self) -> KeelConfig:
+        ids = [t.id for t in self.tenants]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tenant ids: {', '.join(duplicates)}")
+        if sum(t.default for t in self.tenants) > 1:
+            raise ValueError("at most one tenant may be default: true")
+        return self
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {where}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def parse_config(data: Any, source: str = "config", base_dir: Path | None = None) -> KeelConfig:
+    """Validate a parsed YAML document (and its tenants_dir) into a `KeelConfig`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    data = dict(data)
+    tenants = list(data.get("tenants") or [])
+    tenants_dir = data.get("tenants_dir")
+    if tenants_dir:
+        directory = Path(tenants_dir)
+        if not directory.is_absolute() and base_dir is not None:
+            directory = base_dir / directory
+        if not directory.is_dir():
+            raise ConfigError(f"{source}: tenants_dir: {directory} is not a directory")
+        for file in sorted(directory.glob("*.y*ml")):
+            tenant = _read_yaml(file)
+            if not isinstance(tenant, dict):
+                raise ConfigError(f"{file}: a tenant file must be a mapping")
+            tenants.append(tenant)
+    data["tenants"] = tenants
+    try:
+        return KeelConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, source)) from None
+
+
+def load_config(path: str | Path) -> KeelConfig:
+    path = Path(path)
+    return parse_config(_read_yaml(path), str(path), path.parent)
+
+
+def masked(config: KeelConfig) -> dict[str, Any]:
+    """The effective config as plain data with secrets masked (for `keel check-config`)."""
+    data = config.model_dump(mode="json")
+    for tenant in data["tenants"]:
+        tenant["auth"]["keys"] = [k if k.startswith("env:") else k[:11] + "…" for k in tenant["auth"]["keys"]]
+        tenant["upstream"]["headers"] = {k: "***" for k in tenant["upstream"]["headers"]}
+    url = data["store"]["url"]
+    if "@" in url:
+        scheme, rest = url.split("://", 1)
+        data["store"]["url"] = f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return data

@@ -1,0 +1,133 @@
+"""Turn records and segment anchors on top of the Store: where a request sits in its conversation.
+
+The planners use three calls: `locate` (the longest known prefix of the chain, with the turn
+records stored along it), `write_turn` (the newest user message's record) and the anchor
+pair. Losing any of this costs cache, never correctness: an unknown history opens a new
+segment.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+import orjson
+
+from proxy.chain import Chain
+from proxy.stores import Store, key
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """What Keel rendered for one user message, so later requests render the same bytes."""
+
+    chain_hash: str
+    segment: str
+    conversation: str
+    position: int
+    context_update: str | None = None
+    context_state: dict[str, Any] = field(default_factory=dict)
+    tool_block: list[Any] | None = None
+    hidden_exchanges: list[Any] = field(default_factory=list)
+    created_at: float = 0.0
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> TurnRecord:
+        return cls(**orjson.loads(raw))
+
+
+@dataclass(frozen=True)
+class SegmentAnchor:
+    """The frozen front of a segment: system prompt, Keel's context state and tool block."""
+
+    segment: str
+    conversation: str
+    system: Any = None
+    context_state: dict[str, Any] = field(default_factory=dict)
+    tool_block: list[Any] | None = None
+    created_at: float = 0.0
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> SegmentAnchor:
+        return cls(**orjson.loads(raw))
+
+
+class TurnKind(str, Enum):
+    NEW = "new"  # the history is unknown: a new chat or a compaction; opens a segment
+    CONTINUED = "continued"  # a known prefix, a new user message after it
+    REGENERATED = "regenerated"  # the newest user message already has a record
+    NONE = "none"  # no user message at all: nothing to locate
+
+
+@dataclass(frozen=True)
+class Location:
+    chain: Chain
+    kind: TurnKind
+    segment: str
+    conversation: str
+    records: tuple[TurnRecord, ...]  # along the chain, oldest first, current segment only
+
+    @property
+    def newest_record(self) -> TurnRecord | None:
+        """The stored record of the newest user message (set on a regeneration)."""
+        newest = self.chain.newest_user
+        if newest and self.records and self.records[-1].chain_hash == newest.hash:
+            return self.records[-1]
+        return None
+
+
+class Conversations:
+    def __init__(self, store: Store, ttl_seconds: float) -> None:
+        self.store = store
+        self.ttl = ttl_seconds
+
+    def _turn_key(self, chain: Chain, chain_hash: str) -> str:
+        return key(chain.seed, "turn", chain_hash)
+
+    def _anchor_key(self, chain: Chain, segment: str) -> str:
+        return key(chain.seed, "anchor", segment)
+
+    async def locate(self, chain: Chain, client_conversation: str | None = None) -> Location:
+        users = chain.user_links
+        if not users:
+            return Location(chain, TurnKind.NONE, "", client_conversation or "", ())
+        raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in users])
+        found = [TurnRecord.from_bytes(r) for r in raw if r is not None]
+        if not found:
+            segment = users[-1].hash
+            return Location(chain, TurnKind.NEW, segment, client_conversation or segment, ())
+        latest = found[-1]
+        records = tuple(r for r in found if r.segment == latest.segment)
+        kind = TurnKind.REGENERATED if latest.chain_hash == users[-1].hash else TurnKind.CONTINUED
+        return Location(chain, kind, latest.segment, latest.conversation, records)
+
+    def new_record(self, location: Location, **fields: Any) -> TurnRecord:
+        newest = location.chain.newest_user
+        assert newest is not None, "a turn record belongs to a user message"
+        return TurnRecord(
+            chain_hash=newest.hash,
+            segment=location.segment,
+            conversation=location.conversation,
+            position=newest.index,
+            created_at=time.time(),
+            **fields,
+        )
+
+    async def write_turn(self, chain: Chain, record: TurnRecord) -> None:
+        await self.store.set(self._turn_key(chain, record.chain_hash), record.to_bytes(), self.ttl)
+
+    async def write_anchor(self, chain: Chain, anchor: SegmentAnchor) -> bool:
+        """Store a segment's anchor once; the first writer wins so replicas agree."""
+        return await self.store.set_if_absent(self._anchor_key(chain, anchor.segment), anchor.to_bytes(), self.ttl)
+
+    async def read_anchor(self, chain: Chain, segment: str) -> SegmentAnchor | None:
+        raw = await self.store.get(self._anchor_key(chain, segment))
+        return SegmentAnchor.from_bytes(raw) if raw else None

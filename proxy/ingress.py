@@ -1,0 +1,127 @@
+"""Ingress: who is calling (auth → tenant) and what they sent (a parsed `ChatRequest`).
+
+Nothing here knows about tools, memory or caching; it only turns bytes and headers into
+plain data, or into a `ProxyError` the client can read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from proxy.config import TenantConfig
+from proxy.errors import AuthenticationError, BadRequestError
+
+
+@dataclass(frozen=True)
+class Caller:
+    tenant: TenantConfig
+    upstream_authorization: str | None  # the header value to send upstream
+
+
+class Authenticator:
+    """Maps a request's key to its tenant; every configured digest is compared in constant time."""
+
+    def __init__(self, tenants: tuple[TenantConfig, ...]) -> None:
+        self._keyed = [(digest, t) for t in tenants for digest in t.auth.key_digests()]
+        self._by_id = {t.id: t for t in tenants}
+        self._default = next((t for t in tenants if t.default and t.auth.passthrough), None)
+
+    def _upstream_auth(self, tenant: TenantConfig) -> str | None:
+        key = tenant.upstream.api_key()
+        return f"Bearer {key}" if key else None
+
+    def authenticate(self, headers: Mapping[str, str]) -> Caller:
+        authorization = headers.get("authorization", "")
+        token = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
+        if not token:
+            token = headers.get("x-api-key", "").strip()  # Anthropic-style clients
+        named = headers.get("x-keel-tenant")
+        if named is not None:
+            tenant = self._by_id.get(named)
+            if tenant is not None and tenant.auth.passthrough:
+                return Caller(tenant, authorization or None)
+        if token:
+            digest = hashlib.sha256(token.encode()).digest()
+            match: TenantConfig | None = None
+            for candidate, tenant in self._keyed:
+                if hmac.compare_digest(candidate, digest) and match is None:
+                    match = tenant
+            if match is not None:
+                return Caller(match, self._upstream_auth(match))
+        if named is None and self._default is not None:
+            return Caller(self._default, authorization or None)
+        if not token:
+            raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
+        raise AuthenticationError("incorrect API key provided")
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion request as the planners see it.
+
+    `raw` is the client's body; it is forwarded untouched unless a planner returns a request
+    with a different `body` (invariant 1: features off is byte-identical).
+    """
+
+    tenant: TenantConfig
+    raw: bytes
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+    request_id: str
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self.body["messages"]
+        return messages
+
+    @property
+    def end_user(self) -> str | None:
+        metadata = self.body.get("metadata")
+        from_meta = metadata.get("user_id") if isinstance(metadata, dict) else None
+        value = self.body.get("user") or self.headers.get("x-keel-user") or from_meta
+        return str(value) if value else None
+
+    @property
+    def conversation_id(self) -> str | None:
+        metadata = self.body.get("metadata")
+        from_meta = metadata.get("conversation_id") if isinstance(metadata, dict) else None
+        value = self.headers.get("x-keel-conversation") or from_meta or self.body.get("prompt_cache_key")
+        return str(value) if value else None
+
+    def with_body(self, body: dict[str, Any]) -> ChatRequest:
+        return replace(self, body=body)
+
+    def encoded(self, original: ChatRequest) -> bytes:
+        """The bytes to send upstream: the client's own unless a planner changed the body."""
+        return self.raw if self.body is original.body else orjson.dumps(self.body)
+
+
+def request_id(headers: Mapping[str, str]) -> str:
+    given = headers.get("x-request-id", "")
+    return given if 0 < len(given) <= 128 and given.isprintable() else uuid.uuid4().hex
+
+
+def parse_chat(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str) -> ChatRequest:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequestError("request body must be a JSON object", code="invalid_json")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise BadRequestError("'messages' must be a list of message objects", param="messages")
+    if not all(isinstance(m, dict) for m in messages):
+        raise BadRequestError("every entry of 'messages' must be an object", param="messages")
+    return ChatRequest(caller.tenant, raw, body, headers, rid)

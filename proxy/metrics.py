@@ -1,0 +1,32 @@
+"""Prometheus metrics, one registry per app (no process-global collectors)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("keel_requests", "Requests served", ["tenant", "route", "status"], registry=r)
+        self.latency = Histogram(
+            "keel_request_seconds", "Time to last byte", ["tenant", "route"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.upstream_status = Counter(
+            "keel_upstream_responses", "Upstream responses by status", ["tenant", "status"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "keel_upstream_errors", "Upstream failures before a status", ["tenant", "error"], registry=r
+        )
+        self.bytes_in = Counter("keel_request_bytes", "Request body bytes from clients", ["tenant"], registry=r)
+        self.bytes_out = Counter("keel_response_bytes", "Response body bytes to clients", ["tenant"], registry=r)
+        self.streams_open = Gauge("keel_streams_open", "Streaming responses in flight", ["tenant"], registry=r)
+        self.planner_failures = Counter(
+            "keel_planner_failures", "Planner stages that failed and were skipped", ["tenant", "planner"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

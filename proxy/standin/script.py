@@ -1,0 +1,109 @@
+"""What the stand-in model says: deterministic, and scriptable from the newest user message.
+
+Directives (anywhere in the newest user message's text):
+    [[call NAME {"arg": 1}]]  call tool NAME if offered; else call `tool_search` for it if
+                              that is offered; else say the tool is unavailable
+    [[error 503]]             answer with that HTTP status and an OpenAI-style error
+    [[sleep 1.5]]             wait that many seconds before answering
+    [[cut]]                   (streaming) break the connection after the first chunks
+    [[words 40]]              answer with that many words
+After a tool result (the last message has role `tool`) it answers with text about it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+_DIRECTIVE = re.compile(r"\[\[(call|error|sleep|cut|words)\s*([^\]]*)\]\]")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Script:
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    error_status: int | None = None
+    sleep: float = 0.0
+    cut: bool = False
+    directives: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+def message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def _offered(body: dict[str, Any]) -> set[str]:
+    names = set()
+    for tool in body.get("tools") or []:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            names.add(fn["name"])
+    return names
+
+
+def _call_id(seed: str, n: int) -> str:
+    return "call_" + hashlib.blake2b(f"{seed}:{n}".encode(), digest_size=9).hexdigest()
+
+
+def plan_answer(body: dict[str, Any]) -> Script:
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    newest = message_text(users[-1]) if users else ""
+    found = {kind: arg.strip() for kind, arg in _DIRECTIVE.findall(newest)}
+    error = int(found["error"]) if found.get("error", "").isdigit() else None
+    sleep = float(found["sleep"]) if re.fullmatch(r"\d+(\.\d+)?", found.get("sleep", "")) else 0.0
+    base = Script(error_status=error, sleep=sleep, cut="cut" in found, directives=found)
+
+    if last.get("role") == "tool":
+        result = message_text(last)[:200]
+        name = _tool_name_for(messages, last.get("tool_call_id"))
+        return _with(base, text=f"The {name} tool returned: {result}")
+    if "call" in found:
+        name, _, args = found["call"].partition(" ")
+        offered = _offered(body)
+        seed = f"{len(messages)}:{newest}"
+        if name in offered:
+            arguments = args.strip() or "{}"
+            return _with(base, tool_calls=(ToolCall(_call_id(seed, 0), name, arguments),))
+        if "tool_search" in offered:
+            arguments = orjson.dumps({"query": name, "names": [name]}).decode()
+            return _with(base, tool_calls=(ToolCall(_call_id(seed, 0), "tool_search", arguments),))
+        return _with(base, text=f"The tool {name} is not available to me.")
+    if "words" in found and found["words"].isdigit():
+        count = int(found["words"])
+        return _with(base, text=" ".join(f"word{i}" for i in range(count)))
+    clean = _DIRECTIVE.sub("", newest).strip()
+    return _with(base, text=f"You said: {clean}" if clean else "Hello! How can I help?")
+
+
+def _with(base: Script, **changes: Any) -> Script:
+    return replace(base, **changes)
+
+
+def _tool_name_for(messages: list[dict[str, Any]], call_id: Any) -> str:
+    for message in reversed(messages):
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict) and call.get("id") == call_id:
+                return str(call.get("function", {}).get("name", "tool"))
+    return "tool"

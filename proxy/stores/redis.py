@@ -1,0 +1,76 @@
+"""Redis store (redis-py asyncio): shared by replicas, Cluster-safe through hash-tagged keys."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from proxy.stores import StoreError
+
+T = TypeVar("T")
+
+
+class RedisStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._redis: Any = aioredis.from_url(url, socket_connect_timeout=2.0, socket_timeout=5.0)
+
+    @staticmethod
+    async def _run(op: Awaitable[T]) -> T:
+        try:
+            return await op
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"redis: {exc}") from exc
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._run(self._redis.get(key))
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        return list(await self._run(self._redis.mget(list(keys))))
+
+    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        await self._run(self._redis.set(key, value, px=int(ttl * 1000) if ttl else None))
+
+    async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
+        return bool(await self._run(self._redis.set(key, value, nx=True, px=int(ttl * 1000) if ttl else None)))
+
+    async def delete(self, key: str) -> None:
+        await self._run(self._redis.delete(key))
+
+    async def append(self, key: str, value: bytes, ttl: float | None = None) -> int:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, value)
+            if ttl:
+                pipe.pexpire(key, int(ttl * 1000))
+            results = await self._run(pipe.execute())
+        return int(results[0])
+
+    async def get_list(self, key: str) -> list[bytes]:
+        return list(await self._run(self._redis.lrange(key, 0, -1)))
+
+    async def hset(self, key: str, field: str, value: bytes) -> None:
+        await self._run(self._redis.hset(key, field, value))
+
+    async def hget(self, key: str, field: str) -> bytes | None:
+        return await self._run(self._redis.hget(key, field))
+
+    async def hgetall(self, key: str) -> dict[str, bytes]:
+        raw = await self._run(self._redis.hgetall(key))
+        return {k.decode(): v for k, v in sorted(raw.items())}
+
+    async def hdel(self, key: str, field: str) -> bool:
+        return bool(await self._run(self._redis.hdel(key, field)))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except (RedisError, OSError):
+            return False
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,190 @@
+"""SQLite store: one file, WAL, safe for several worker processes on one host.
+
+sqlite3 calls block, so they run on one dedicated thread per store (a connection is not
+shared across threads); WAL lets other processes read while one writes, and a busy timeout
+makes concurrent writers wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from proxy.stores import StoreError
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires REAL);
+CREATE TABLE IF NOT EXISTS lists (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,
+                                  value BLOB NOT NULL, expires REAL);
+CREATE INDEX IF NOT EXISTS lists_key ON lists (key, seq);
+CREATE TABLE IF NOT EXISTS hashes (key TEXT NOT NULL, field TEXT NOT NULL, value BLOB NOT NULL,
+                                   PRIMARY KEY (key, field));
+"""
+
+
+class SqliteStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keel-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._ops = 0
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            conn = self._connect()
+            self._ops += 1
+            if self._ops % 1000 == 0:
+                self._purge(conn)
+            return fn(conn)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
+
+    @staticmethod
+    def _purge(conn: sqlite3.Connection) -> None:
+        now = time.time()
+        conn.execute("DELETE FROM kv WHERE expires IS NOT NULL AND expires <= ?", (now,))
+        conn.execute("DELETE FROM lists WHERE expires IS NOT NULL AND expires <= ?", (now,))
+
+    @staticmethod
+    def _expiry(ttl: float | None) -> float | None:
+        return time.time() + ttl if ttl else None
+
+    async def get(self, key: str) -> bytes | None:
+        return (await self.get_many([key]))[0]
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+
+        def fn(conn: sqlite3.Connection) -> list[bytes | None]:
+            found: dict[str, bytes] = {}
+            now = time.time()
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT key, value FROM kv WHERE key IN ({marks}) AND (expires IS NULL OR expires > ?)",
+                    (*chunk, now),
+                )
+                found.update(rows)
+            return [found.get(k) for k in keys]
+
+        return await self._run(fn)
+
+    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        expires = self._expiry(ttl)
+        await self._run(
+            lambda c: c.execute("INSERT OR REPLACE INTO kv (key, value, expires) VALUES (?, ?, ?)", (key, value, expires))
+        )
+
+    async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
+        expires = self._expiry(ttl)
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT INTO kv (key, value, expires) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+                "value = excluded.value, expires = excluded.expires "
+                "WHERE kv.expires IS NOT NULL AND kv.expires <= ?",
+                (key, value, expires, time.time()),
+            )
+            return cur.rowcount > 0
+
+        return await self._run(fn)
+
+    async def delete(self, key: str) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+            conn.execute("DELETE FROM lists WHERE key = ?", (key,))
+            conn.execute("DELETE FROM hashes WHERE key = ?", (key,))
+
+        await self._run(fn)
+
+    async def append(self, key: str, value: bytes, ttl: float | None = None) -> int:
+        expires = self._expiry(ttl)
+
+        def fn(conn: sqlite3.Connection) -> int:
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM lists WHERE key = ? AND expires IS NOT NULL AND expires <= ?", (key, now))
+                conn.execute("INSERT INTO lists (key, value, expires) VALUES (?, ?, ?)", (key, value, expires))
+                if expires is not None:
+                    conn.execute("UPDATE lists SET expires = ? WHERE key = ?", (expires, key))
+                (count,) = conn.execute("SELECT COUNT(*) FROM lists WHERE key = ?", (key,)).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return int(count)
+
+        return await self._run(fn)
+
+    async def get_list(self, key: str) -> list[bytes]:
+        def fn(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                "SELECT value FROM lists WHERE key = ? AND (expires IS NULL OR expires > ?) ORDER BY seq",
+                (key, time.time()),
+            )
+            return [r[0] for r in rows]
+
+        return await self._run(fn)
+
+    async def hset(self, key: str, field: str, value: bytes) -> None:
+        await self._run(
+            lambda c: c.execute("INSERT OR REPLACE INTO hashes (key, field, value) VALUES (?, ?, ?)", (key, field, value))
+        )
+
+    async def hget(self, key: str, field: str) -> bytes | None:
+        def fn(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute("SELECT value FROM hashes WHERE key = ? AND field = ?", (key, field)).fetchone()
+            return row[0] if row else None
+
+        return await self._run(fn)
+
+    async def hgetall(self, key: str) -> dict[str, bytes]:
+        def fn(conn: sqlite3.Connection) -> dict[str, bytes]:
+            return dict(conn.execute("SELECT field, value FROM hashes WHERE key = ? ORDER BY field", (key,)))
+
+        return await self._run(fn)
+
+    async def hdel(self, key: str, field: str) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM hashes WHERE key = ? AND field = ?", (key, field)).rowcount > 0
+
+        return await self._run(fn)
+
+    async def ping(self) -> bool:
+        try:
+            return await self._run(lambda c: c.execute("SELECT 1").fetchone() == (1,))
+        except StoreError:
+            return False
+
+    async def close(self) -> None:
+        def fn() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        self._executor.shutdown(wait=True)
