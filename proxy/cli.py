@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
             serve_standin(args.host, args.port, args.rules)
             return 0
-        from proxy.server import serve as run, serve_quickstart
+        from proxy.server import serve as run
+        from proxy.server import serve_quickstart
 
         if args.config:
             run(args.config, args.host, args.port, args.workers)

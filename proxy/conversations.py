@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -60,7 +60,7 @@ class SegmentAnchor:
         return cls(**orjson.loads(raw))
 
 
-class TurnKind(str, Enum):
+class TurnKind(StrEnum):
     NEW = "new"  # the history is unknown: a new chat or a compaction; opens a segment
     CONTINUED = "continued"  # a known prefix, a new user message after it
     REGENERATED = "regenerated"  # the newest user message already has a record

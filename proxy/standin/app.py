@@ -147,7 +147,9 @@ async def _stream(cid: str, model: str, script: Script, usage: dict[str, Any] | 
             yield chunk({"content": word if i == 0 else " " + word})
             if script.cut and i == 1:
                 raise ConnectionAbortedError("stand-in: stream cut on purpose")
-            if i % 8 == 7:
+            if script.drip:
+                await asyncio.sleep(script.drip)
+            elif i % 8 == 7:
                 await asyncio.sleep(0)
     for index, call in enumerate(script.tool_calls):
         head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}

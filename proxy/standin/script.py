@@ -5,6 +5,7 @@ Directives (anywhere in the newest user message's text):
                               that is offered; else say the tool is unavailable
     [[error 503]]             answer with that HTTP status and an OpenAI-style error
     [[sleep 1.5]]             wait that many seconds before answering
+    [[drip 0.05]]             (streaming) wait that many seconds between content chunks
     [[cut]]                   (streaming) break the connection after the first chunks
     [[words 40]]              answer with that many words
 After a tool result (the last message has role `tool`) it answers with text about it.
@@ -19,7 +20,7 @@ from typing import Any
 
 import orjson
 
-_DIRECTIVE = re.compile(r"\[\[(call|error|sleep|cut|words)\s*([^\]]*)\]\]")
+_DIRECTIVE = re.compile(r"\[\[(call|error|sleep|drip|cut|words)\s*([^\]]*)\]\]")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Script:
     tool_calls: tuple[ToolCall, ...] = ()
     error_status: int | None = None
     sleep: float = 0.0
+    drip: float = 0.0
     cut: bool = False
     directives: dict[str, str] = field(default_factory=dict)
 
@@ -72,8 +74,8 @@ def plan_answer(body: dict[str, Any]) -> Script:
     newest = message_text(users[-1]) if users else ""
     found = {kind: arg.strip() for kind, arg in _DIRECTIVE.findall(newest)}
     error = int(found["error"]) if found.get("error", "").isdigit() else None
-    sleep = float(found["sleep"]) if re.fullmatch(r"\d+(\.\d+)?", found.get("sleep", "")) else 0.0
-    base = Script(error_status=error, sleep=sleep, cut="cut" in found, directives=found)
+    base = Script(error_status=error, sleep=_seconds(found, "sleep"), drip=_seconds(found, "drip"),
+                  cut="cut" in found, directives=found)
 
     if last.get("role") == "tool":
         result = message_text(last)[:200]
@@ -95,6 +97,11 @@ def plan_answer(body: dict[str, Any]) -> Script:
         return _with(base, text=" ".join(f"word{i}" for i in range(count)))
     clean = _DIRECTIVE.sub("", newest).strip()
     return _with(base, text=f"You said: {clean}" if clean else "Hello! How can I help?")
+
+
+def _seconds(found: dict[str, str], name: str) -> float:
+    value = found.get(name, "")
+    return float(value) if re.fullmatch(r"\d+(\.\d+)?", value) else 0.0
 
 
 def _with(base: Script, **changes: Any) -> Script:

@@ -1,0 +1,50 @@
+"""A recording upstream: a raw ASGI app that keeps what it received and answers fixed bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: bytes
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Recorder:
+    status: int = 200
+    content_type: bytes = b"application/json"
+    chunks: list[bytes] = field(default_factory=lambda: [b'{"ok":  true ,"id":"x"}'])
+    chunk_delay: float = 0.0
+    received: list[Recorded] = field(default_factory=list)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.received.append(Recorded(scope["method"], scope["path"], scope["query_string"], headers, body))
+        await send({"type": "http.response.start", "status": self.status,
+                    "headers": [(b"content-type", self.content_type), (b"x-upstream", b"yes")]})
+        for chunk in self.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+        await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,113 @@
+"""Configuration: defaults filled at load, errors that name the key, the example file, check-config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import KEY_DIGEST
+
+from proxy.config import ConfigError, load_config, masked, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def minimal() -> dict[str, object]:
+    return {"tenants": [{"id": "t", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]},
+                         "upstream": {"base_url": "http://up.example/v1/"}}]}
+
+
+def test_defaults_filled_at_load() -> None:
+    """Everything left out is filled in: server, store, timeouts, feature blocks off."""
+    config = parse_config(minimal())
+    assert config.server.port == 8080 and config.server.timeouts.read == 300.0
+    assert config.store.url == "sqlite:///keel.db"
+    t = config.tenants[0]
+    assert t.upstream.base_url == "http://up.example/v1" and t.upstream.kind == "openai"
+    assert not t.features_on
+
+
+@pytest.mark.parametrize(
+    "patch, where",
+    [
+        ({"server": {"port": "eighty"}}, "server.port"),
+        ({"server": {"prot": 1}}, "server.prot"),
+        ({"store": {"url": "mysql://x"}}, "store.url"),
+        ({"tenants": [{"id": "t", "auth": {"keys": ["plain-secret"]}, "upstream": {"base_url": "http://u"}}]},
+         "tenants.0.auth.keys"),
+        ({"tenants": [{"id": "t", "auth": {"keys": []}, "upstream": {"base_url": "http://u"}}]}, "tenants.0"),
+        ({"tenants": [{"id": "t", "auth": {"passthrough": True}, "upstream": {"base_url": "ftp://u"}}]},
+         "tenants.0.upstream.base_url"),
+    ],
+)
+def test_errors_name_the_bad_key(patch: dict[str, object], where: str) -> None:
+    data = minimal() | patch
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "keel.yaml")
+    assert where in str(info.value)
+
+
+def test_duplicate_tenants_rejected() -> None:
+    data = minimal()
+    data["tenants"] = data["tenants"] * 2  # type: ignore[operator]
+    with pytest.raises(ConfigError, match="duplicate tenant ids: t"):
+        parse_config(data)
+
+
+def test_example_config_loads() -> None:
+    """config.example.yaml is valid and documents a tenant of each auth mode."""
+    config = load_config(ROOT / "config.example.yaml")
+    assert [t.id for t in config.tenants] == ["acme", "byok"]
+    assert config.tenants[1].auth.passthrough and config.tenants[1].default
+
+
+def test_example_documents_every_key() -> None:
+    """Every field of the schema appears in config.example.yaml."""
+    text = (ROOT / "config.example.yaml").read_text()
+    from proxy.config import KeelConfig, ServerConfig, StoreConfig, TenantConfig, TimeoutsConfig, UpstreamConfig
+
+    for model in (KeelConfig, ServerConfig, StoreConfig, TenantConfig, TimeoutsConfig, UpstreamConfig):
+        for name in model.model_fields:
+            assert f"{name}:" in text, f"{model.__name__}.{name} is not documented"
+
+
+def test_tenants_dir(tmp_path: Path) -> None:
+    """Tenants load from a directory of one YAML file each, next to inline ones."""
+    (tmp_path / "tenants").mkdir()
+    (tmp_path / "tenants" / "b.yaml").write_text(yaml.safe_dump(
+        {"id": "b", "auth": {"passthrough": True}, "upstream": {"base_url": "http://b/v1"}}))
+    (tmp_path / "keel.yaml").write_text(yaml.safe_dump(minimal() | {"tenants_dir": "tenants"}))
+    config = load_config(tmp_path / "keel.yaml")
+    assert [t.id for t in config.tenants] == ["t", "b"]
+
+
+def test_env_keys_read_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_PROXY_KEY", "secret-1")
+    data = minimal()
+    data["tenants"][0]["auth"]["keys"] = ["env:MY_PROXY_KEY"]  # type: ignore[index]
+    import hashlib
+
+    assert parse_config(data).tenants[0].auth.key_digests() == (hashlib.sha256(b"secret-1").digest(),)
+
+
+def test_masked_hides_secrets() -> None:
+    data = minimal()
+    data["store"] = {"url": "redis://user:pw@redis:6379/0"}
+    data["tenants"][0]["upstream"]["headers"] = {"x-secret": "abc"}  # type: ignore[index]
+    shown = str(masked(parse_config(data)))
+    assert KEY_DIGEST not in shown and "pw@" not in shown and "abc" not in shown
+
+
+def test_check_config_cli(tmp_path: Path) -> None:
+    """`keel check-config` prints the effective config, or the bad key and exit code 2."""
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(minimal()))
+    out = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(good)], capture_output=True, text=True)
+    assert out.returncode == 0 and "body_limit_bytes: 16777216" in out.stdout and KEY_DIGEST not in out.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("server:\n  port: -1\n")
+    out = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2 and "server.port" in out.stderr

@@ -1,0 +1,129 @@
+"""Operations: health, readiness, metrics, request ids, logs, passthrough auth, graceful shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from conftest import KEY, KEY_DIGEST, ServerThread, keel_config, tenant
+from recorder import Recorder
+
+from proxy.logs import JsonFormatter
+
+AUTH = {"authorization": f"Bearer {KEY}"}
+
+
+def test_healthz_and_readyz(keel: ServerThread) -> None:
+    assert httpx.get(keel.url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(keel.url + "/readyz").status_code == 200
+
+
+def test_readyz_fails_when_store_unreachable(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """A Keel whose store is down is alive but not ready."""
+    keel = start_keel(keel_config(tenant(standin.url + "/v1"), store={"url": "redis://127.0.0.1:1/0"}))
+    assert httpx.get(keel.url + "/healthz").status_code == 200
+    assert httpx.get(keel.url + "/readyz").status_code == 503
+
+
+def test_metrics_count_requests_bytes_and_upstream_status(keel: ServerThread) -> None:
+    httpx.post(keel.url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "a"}]},
+               headers=AUTH)
+    httpx.post(keel.url + "/v1/chat/completions",
+               json={"model": "m", "messages": [{"role": "user", "content": "[[error 429]]"}]}, headers=AUTH)
+    text = httpx.get(keel.url + "/metrics").text
+    assert 'keel_requests_total{route="chat",status="200",tenant="acme"} 1.0' in text
+    assert 'keel_upstream_responses_total{status="429",tenant="acme"} 1.0' in text
+    assert 'keel_request_seconds_count{route="chat",tenant="acme"} 2.0' in text
+    assert 'keel_request_bytes_total{tenant="acme"}' in text and "keel_streams_open" in text
+
+
+def test_request_id_generated_and_passed_upstream(start_keel: Callable[..., ServerThread]) -> None:
+    recorder = Recorder()
+    with ServerThread(recorder) as upstream:
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1")))
+        r = httpx.post(keel.url + "/v1/chat/completions", json={"messages": []}, headers=AUTH)
+    rid = r.headers["x-request-id"]
+    assert len(rid) == 32 and recorder.received[0].headers["x-request-id"] == rid
+
+
+def test_passthrough_tenant_forwards_client_key(start_keel: Callable[..., ServerThread]) -> None:
+    """A passthrough tenant (by X-Keel-Tenant, or as default) sends the client's own key upstream."""
+    recorder = Recorder()
+    with ServerThread(recorder) as upstream:
+        byok = {"id": "byok", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": upstream.url}}
+        keel = start_keel(keel_config(tenant(upstream.url), byok))
+        named = httpx.get(keel.url + "/v1/models", headers={"authorization": "Bearer sk-user-own",
+                                                            "x-keel-tenant": "byok"})
+        default = httpx.get(keel.url + "/v1/models", headers={"authorization": "Bearer sk-user-2"})
+        keyed = httpx.get(keel.url + "/v1/models", headers=AUTH)
+    assert named.status_code == default.status_code == keyed.status_code == 200
+    sent = [r.headers["authorization"] for r in recorder.received]
+    assert sent == ["Bearer sk-user-own", "Bearer sk-user-2", "Bearer sk-upstream-secret"]
+
+
+def test_unknown_route_is_openai_error(keel: ServerThread) -> None:
+    r = httpx.get(keel.url + "/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_access_log_is_json_without_keys_or_bodies(keel: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
+    """One JSON line per request with tenant, status, latency, bytes; never the key or the message."""
+    with caplog.at_level(logging.INFO, logger="keel.access"):
+        httpx.post(keel.url + "/v1/chat/completions",
+                   json={"model": "m", "messages": [{"role": "user", "content": "my secret plan"}]}, headers=AUTH)
+    records = [r for r in caplog.records if r.name == "keel.access"]
+    assert len(records) == 1
+    line = JsonFormatter().format(records[0])
+    data = json.loads(line)
+    assert data["tenant"] == "acme" and data["status"] == 200 and data["latency_ms"] > 0 and data["bytes_in"] > 0
+    assert KEY not in line and "secret plan" not in line and "sk-upstream" not in line
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_sigterm_finishes_inflight_stream(standin: ServerThread, tmp_path: Path) -> None:
+    """On SIGTERM Keel stops accepting but lets an in-flight stream finish."""
+    port = _free_port()
+    config = {"server": {"port": port, "shutdown_grace_seconds": 10}, "store": {"url": f"sqlite:///{tmp_path}/k.db"},
+              "tenants": [{"id": "acme", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]},
+                           "upstream": {"base_url": standin.url + "/v1"}}]}
+    (tmp_path / "keel.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(tmp_path / "keel.yaml")],
+                            stderr=subprocess.DEVNULL, env={**os.environ})
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "[[words 20]] [[drip 0.05]]"}]}
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body, headers=AUTH,
+                          timeout=10) as r:
+            chunks = r.iter_raw()
+            received = next(chunks)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"http://127.0.0.1:{port}/healthz")
+            for chunk in chunks:
+                received += chunk
+        assert received.endswith(b"data: [DONE]\n\n") and b"word19" in received
+        assert proc.wait(timeout=10) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once done
+    finally:
+        proc.kill()

@@ -1,0 +1,126 @@
+"""One contract for every Store: SQLite (a real file) and Redis (the real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from proxy.stores import Store, key
+from proxy.stores.redis import RedisStore
+from proxy.stores.sqlite import SqliteStore
+
+REDIS_URL = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+async def redis_store() -> RedisStore:
+    store = RedisStore(REDIS_URL)
+    if not await store.ping():
+        await store.close()
+        if os.environ.get("CI"):
+            pytest.fail(f"Redis at {REDIS_URL} is unreachable and CI is set")
+        pytest.skip(f"Redis at {REDIS_URL} is unreachable")
+    await store._redis.flushdb()
+    return store
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    s: Store = SqliteStore(str(tmp_path / "keel.db")) if request.param == "sqlite" else await redis_store()
+    yield s
+    await s.close()
+
+
+async def test_get_set_delete(store: Store) -> None:
+    assert await store.get("a") is None
+    await store.set("a", b"\x00bytes\xff")
+    assert await store.get("a") == b"\x00bytes\xff"
+    await store.set("a", b"two")
+    assert await store.get("a") == b"two"
+    await store.delete("a")
+    assert await store.get("a") is None
+
+
+async def test_get_many_keeps_order(store: Store) -> None:
+    await store.set("k1", b"1")
+    await store.set("k3", b"3")
+    assert await store.get_many(["k3", "k2", "k1"]) == [b"3", None, b"1"]
+    assert await store.get_many([]) == []
+
+
+async def test_ttl_expires(store: Store) -> None:
+    await store.set("short", b"x", ttl=0.2)
+    await store.set("long", b"y", ttl=60)
+    assert await store.get("short") == b"x"
+    await asyncio.sleep(0.35)
+    assert await store.get("short") is None
+    assert await store.get("long") == b"y"
+
+
+async def test_set_if_absent(store: Store) -> None:
+    assert await store.set_if_absent("once", b"first") is True
+    assert await store.set_if_absent("once", b"second") is False
+    assert await store.get("once") == b"first"
+    assert await store.set_if_absent("brief", b"a", ttl=0.2) is True
+    await asyncio.sleep(0.35)
+    assert await store.set_if_absent("brief", b"b") is True, "an expired key counts as absent"
+    assert await store.get("brief") == b"b"
+
+
+async def test_set_if_absent_concurrent_single_winner(store: Store) -> None:
+    results = await asyncio.gather(*(store.set_if_absent("race", str(i).encode()) for i in range(20)))
+    assert results.count(True) == 1
+
+
+async def test_lists(store: Store) -> None:
+    assert await store.get_list("l") == []
+    assert await store.append("l", b"a") == 1
+    assert await store.append("l", b"b", ttl=60) == 2
+    assert await store.get_list("l") == [b"a", b"b"]
+    await store.delete("l")
+    assert await store.get_list("l") == []
+
+
+async def test_hashes(store: Store) -> None:
+    assert await store.hgetall("h") == {}
+    await store.hset("h", "b", b"2")
+    await store.hset("h", "a", b"1")
+    await store.hset("h", "a", b"one")
+    assert await store.hget("h", "a") == b"one"
+    assert await store.hgetall("h") == {"a": b"one", "b": b"2"}
+    assert await store.hdel("h", "a") is True
+    assert await store.hdel("h", "a") is False
+    assert await store.hget("h", "missing") is None
+
+
+async def test_ping(store: Store) -> None:
+    assert await store.ping() is True
+
+
+def test_keys_are_hash_tagged() -> None:
+    """Keys of one conversation share a Redis Cluster hash tag."""
+    assert key("seed1", "turn", "abc") == "keel:{seed1}:turn:abc"
+
+
+async def test_sqlite_shared_by_two_processes_worth_of_connections(tmp_path: Path) -> None:
+    """Two SqliteStore instances (as two workers would) see each other's writes on one file."""
+    a, b = SqliteStore(str(tmp_path / "shared.db")), SqliteStore(str(tmp_path / "shared.db"))
+    await a.set("k", b"from-a")
+    assert await b.get("k") == b"from-a"
+    assert await b.set_if_absent("anchor", b"b") is True
+    assert await a.set_if_absent("anchor", b"a") is False
+    await a.close()
+    await b.close()
+
+
+async def test_unreachable_redis_reports_not_ready() -> None:
+    store = RedisStore("redis://127.0.0.1:1/0")
+    assert await store.ping() is False
+    from proxy.stores import StoreError
+
+    with pytest.raises(StoreError):
+        await store.get("x")
+    await store.close()
