@@ -1,6 +1,6 @@
 """The app factory: routes, the request lifecycle, and the seams passed in.
 
-`create_app(config, store=…, transport=…, planners=…)` builds everything a process needs;
+`create_app(config, store=…, upstream=…, planners=…)` builds everything a process needs;
 nothing lives at module level, so tests run several independent Keels in one process.
 """
 
@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -26,7 +25,7 @@ from proxy.metrics import Metrics
 from proxy.pipeline import Pipeline, Planner
 from proxy.relay import Outcome, relay, upstream_headers
 from proxy.stores import Store, open_store
-from proxy.upstream import HttpUpstream, Upstream
+from proxy.upstream import Upstream, UpstreamResponse, create_upstream
 
 log = logging.getLogger("keel.access")
 
@@ -70,19 +69,16 @@ class Keel:
 
         def done(outcome: Outcome) -> None:
             elapsed = time.perf_counter() - started
-            m = self.metrics
-            m.requests.labels(tenant, route, str(outcome.status)).inc()
-            m.latency.labels(tenant, route).observe(elapsed)
-            m.bytes_in.labels(tenant).inc(bytes_in)
-            m.bytes_out.labels(tenant).inc(outcome.bytes_out)
-            log.info(
-                "request",
-                extra={
-                    "request_id": rid, "tenant": tenant, "method": method, "path": path,
-                    "status": outcome.status, "latency_ms": round(elapsed * 1000, 2),
-                    "bytes_in": bytes_in, "bytes_out": outcome.bytes_out, "error": outcome.error,
-                },
-            )
+            self.metrics.observe_request(tenant, route, outcome.status, elapsed, bytes_in, outcome.bytes_out)
+            if log.isEnabledFor(logging.INFO):
+                log.info(
+                    "request",
+                    extra={
+                        "request_id": rid, "tenant": tenant, "method": method, "path": path,
+                        "status": outcome.status, "latency_ms": round(elapsed * 1000, 2),
+                        "bytes_in": bytes_in, "bytes_out": outcome.bytes_out, "error": outcome.error,
+                    },
+                )
 
         return done
 
@@ -100,12 +96,11 @@ class Keel:
                 parsed = parse_chat(raw, caller, request.headers, rid)
                 planned = await self.pipeline.run(parsed)
                 content: bytes | None = planned.encoded(parsed)
-                url = tenant.upstream.base_url + "/chat/completions"
             else:
                 content = raw or None
-                url = tenant.upstream.base_url + "/" + request.url.path.removeprefix("/v1/")
-                if request.url.query:
-                    url += "?" + request.url.query
+            url = tenant.upstream.base_url + "/" + request.url.path.removeprefix("/v1/")
+            if request.url.query:
+                url += "?" + request.url.query
             headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid)
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
             try:
@@ -113,15 +108,15 @@ class Keel:
             except ProxyError as exc:
                 self.metrics.upstream_errors.labels(tenant.id, exc.code).inc()
                 raise
-            self.metrics.upstream_status.labels(tenant.id, str(response.status_code)).inc()
-            return await self.relay_counted(response, url, rid, done, tenant.id)
+            self.metrics.upstream_status.labels(tenant.id, str(response.status)).inc()
+            return await self.relay_counted(response, rid, done, tenant.id)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
             done(Outcome(status=exc.status, error=exc.code))
             return error_response(exc, rid)
 
     async def relay_counted(
-        self, response: httpx.Response, url: str, rid: str, done: Callable[[Outcome], None], tenant: str
+        self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str
     ) -> Response:
         gauge = self.metrics.streams_open.labels(tenant)
 
@@ -131,7 +126,7 @@ class Keel:
             done(outcome)
 
         try:
-            relayed = await relay(response, url, rid, finish)
+            relayed = await relay(response, rid, finish)
         except BaseException:
             await response.aclose()
             raise
@@ -156,14 +151,13 @@ def create_app(
     config: KeelConfig,
     *,
     store: Store | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     upstream: Upstream | None = None,
     planners: Sequence[Planner] = (),
 ) -> FastAPI:
     keel = Keel(
         config,
         store if store is not None else open_store(config.store.url),
-        upstream if upstream is not None else HttpUpstream(config.server, transport),
+        upstream if upstream is not None else create_upstream(config.server),
         planners,
     )
 

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     standin = sub.add_parser("standin", help="run the stand-in model provider")
     standin.add_argument("--host", default="127.0.0.1")
     standin.add_argument("--port", type=int, default=8090)
-    standin.add_argument("--rules", choices=["auto", "openai", "anthropic"], default="auto")
+    standin.add_argument("--rules", choices=["auto", "openai", "anthropic", "none"], default="auto",
+                         help="prompt-cache rules to simulate (none: skip, for overhead benchmarks)")
+    standin.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     args = parser.parse_args(argv)
 
     try:
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "standin":
             from proxy.server import serve_standin
 
-            serve_standin(args.host, args.port, args.rules)
+            serve_standin(args.host, args.port, args.rules, args.log_level)
             return 0
         from proxy.server import serve as run
         from proxy.server import serve_quickstart

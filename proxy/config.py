@@ -37,6 +37,7 @@ class ServerConfig(_Model):
     workers: int = Field(1, ge=1)
     body_limit_bytes: int = Field(16 * 1024 * 1024, gt=0, description="larger requests get 413")
     timeouts: TimeoutsConfig = TimeoutsConfig()
+    upstream_client: Literal["aiohttp", "httpx"] = Field("aiohttp", description="HTTP client library upstream")
     max_connections: int = Field(512, ge=1, description="pooled connections per upstream")
     keepalive_connections: int = Field(128, ge=0)
     shutdown_grace_seconds: float = Field(30.0, ge=0, description="time in-flight streams get on SIGTERM")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -27,6 +29,23 @@ class Metrics:
         self.planner_failures = Counter(
             "keel_planner_failures", "Planner stages that failed and were skipped", ["tenant", "planner"], registry=r
         )
+
+        self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
+
+    def observe_request(self, tenant: str, route: str, status: int, seconds: float, bytes_in: int,
+                        bytes_out: int) -> None:
+        """Count one finished request; label children are cached (a labels() call is not free)."""
+        key = (tenant, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(tenant, route, str(status)), self.latency.labels(tenant, route),
+                        self.bytes_in.labels(tenant), self.bytes_out.labels(tenant))
+            self._children[key] = children
+        requests, latency, b_in, b_out = children
+        requests.inc()
+        latency.observe(seconds)
+        b_in.inc(bytes_in)
+        b_out.inc(bytes_out)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -11,11 +11,10 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
-import httpx
 from starlette.responses import Response, StreamingResponse
 
 from proxy.errors import ProxyError, error_body
-from proxy.upstream import iter_raw, read_all
+from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.relay")
 
@@ -41,14 +40,14 @@ def upstream_headers(
     return headers
 
 
-def client_headers(upstream: httpx.Headers, request_id: str) -> dict[str, str]:
-    headers = {k: v for k, v in upstream.items() if k not in HOP_BY_HOP}
+def client_headers(upstream: UpstreamResponse, request_id: str) -> dict[str, str]:
+    headers = {k: v for k, v in upstream.headers if k not in HOP_BY_HOP}
     headers["x-request-id"] = request_id
     return headers
 
 
-def _streams(response: httpx.Response) -> bool:
-    content_type = response.headers.get("content-type", "")
+def _streams(response: UpstreamResponse) -> bool:
+    content_type = header(response, "content-type")
     return not content_type.startswith(("application/json", "text/plain", "text/html"))
 
 
@@ -63,33 +62,30 @@ class Outcome:
 
 
 async def relay(
-    response: httpx.Response,
-    url: str,
+    response: UpstreamResponse,
     request_id: str,
     on_done: Callable[[Outcome], None],
     extra_headers: Mapping[str, str] | None = None,
 ) -> Response:
-    headers = client_headers(response.headers, request_id)
+    headers = client_headers(response, request_id)
     if extra_headers:
         headers.update(extra_headers)
-    outcome = Outcome(status=response.status_code)
+    outcome = Outcome(status=response.status)
     if not _streams(response):
-        body = await read_all(response, url)
+        body = await response.read()
         outcome.bytes_out = len(body)
         on_done(outcome)
-        return Response(body, status_code=response.status_code, headers=headers)
+        return Response(body, status_code=response.status, headers=headers)
     outcome.streamed = True
-    is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-    return StreamingResponse(
-        _stream(response, url, outcome, on_done, is_sse), status_code=response.status_code, headers=headers
-    )
+    is_sse = header(response, "content-type").startswith("text/event-stream")
+    return StreamingResponse(_stream(response, outcome, on_done, is_sse), status_code=response.status, headers=headers)
 
 
 async def _stream(
-    response: httpx.Response, url: str, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool
+    response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool
 ) -> AsyncIterator[bytes]:
     try:
-        async for chunk in iter_raw(response, url):
+        async for chunk in response.iter_raw():
             outcome.bytes_out += len(chunk)
             yield chunk
     except ProxyError as exc:

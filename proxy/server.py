@@ -92,7 +92,7 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
     uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
 
 
-def serve_standin(host: str, port: int, rules: str) -> None:
-    configure_logging("info")
+def serve_standin(host: str, port: int, rules: str, log_level: str = "info") -> None:
+    configure_logging(log_level)
     app = create_standin_app(rules)  # type: ignore[arg-type]
     uvicorn.Server(uvicorn_config(app, host, port, ServerConfig())).run()

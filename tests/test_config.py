@@ -111,3 +111,16 @@ def test_check_config_cli(tmp_path: Path) -> None:
     bad.write_text("server:\n  port: -1\n")
     out = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(bad)], capture_output=True, text=True)
     assert out.returncode == 2 and "server.port" in out.stderr
+
+
+def test_deploy_configs_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compose file's config and the Kubernetes ConfigMap's config are valid."""
+    load_config(ROOT / "deploy" / "keel.compose.yaml")
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "keel-sidecar.yaml").read_text()))
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    config = parse_config(yaml.safe_load(config_map["data"]["keel.yaml"]), "configmap")
+    assert config.server.host == "0.0.0.0"
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    keel = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "keel")
+    assert keel["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert keel["readinessProbe"]["httpGet"]["path"] == "/readyz"

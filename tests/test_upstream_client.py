@@ -1,4 +1,4 @@
-"""The upstream client alone (respx): headers as given, failures translated once."""
+"""The httpx upstream client alone (respx): headers as given, failures translated once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import respx
 
 from proxy.config import ServerConfig
 from proxy.errors import UpstreamConnectError, UpstreamTimeoutError
-from proxy.upstream import HttpUpstream, read_all
+from proxy.upstream_httpx import HttpxUpstream
 
 URL = "https://provider.example/v1/chat/completions"
 
@@ -17,9 +17,9 @@ URL = "https://provider.example/v1/chat/completions"
 async def test_sends_only_given_headers() -> None:
     """No client default headers (user-agent, accept-encoding) are added to what we send."""
     route = respx.post(URL).mock(return_value=httpx.Response(200, content=b"{}"))
-    upstream = HttpUpstream(ServerConfig())
+    upstream = HttpxUpstream(ServerConfig())
     response = await upstream.open("POST", URL, {"authorization": "Bearer k", "x-a": "1"}, b"{}")
-    assert await read_all(response, URL) == b"{}"
+    assert await response.read() == b"{}"
     sent = route.calls.last.request.headers
     assert "user-agent" not in sent and "accept-encoding" not in sent and sent["x-a"] == "1"
     await upstream.aclose()
@@ -39,7 +39,7 @@ async def test_sends_only_given_headers() -> None:
 @respx.mock
 async def test_failures_translated(exc: Exception, error: type[Exception], words: str) -> None:
     respx.post(URL).mock(side_effect=exc)
-    upstream = HttpUpstream(ServerConfig())
+    upstream = HttpxUpstream(ServerConfig())
     with pytest.raises(error) as info:
         await upstream.open("POST", URL, {}, b"{}")
     assert words in str(info.value) and "provider.example" in str(info.value)
@@ -49,7 +49,7 @@ async def test_failures_translated(exc: Exception, error: type[Exception], words
 @respx.mock
 async def test_one_pooled_client_per_origin() -> None:
     respx.get(url__startswith="https://").mock(return_value=httpx.Response(200))
-    upstream = HttpUpstream(ServerConfig())
+    upstream = HttpxUpstream(ServerConfig())
     for url in ("https://a.example/v1/models", "https://a.example/v1/files", "https://b.example/v1/models"):
         await (await upstream.open("GET", url, {}, None)).aclose()
     assert len(upstream._clients) == 2
