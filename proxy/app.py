@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,9 +22,14 @@ from proxy.conversations import Conversations
 from proxy.errors import BodyTooLargeError, ProxyError, error_body
 from proxy.ingress import Authenticator, Caller, parse_chat, request_id
 from proxy.metrics import Metrics
-from proxy.pipeline import Pipeline, Planner
+from proxy.pipeline import Exchange, Pipeline, Planner
 from proxy.relay import Outcome, relay, upstream_headers
 from proxy.stores import Store, open_store
+from proxy.tokens import TokenCounter
+from proxy.tools.catalog import CatalogCache
+from proxy.tools.planner import ToolPlanner
+from proxy.tools.ranking import LexicalRanker
+from proxy.tools.responder import ToolSearchResponder
 from proxy.upstream import Upstream, UpstreamResponse, create_upstream
 
 log = logging.getLogger("keel.access")
@@ -38,15 +43,24 @@ class Keel:
         config: KeelConfig,
         store: Store,
         upstream: Upstream,
-        planners: Sequence[Planner],
+        planners: Sequence[Planner] | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.upstream = upstream
         self.metrics = Metrics()
         self.auth = Authenticator(config.tenants)
-        self.pipeline = Pipeline(planners, self.metrics)
         self.conversations = Conversations(store, config.store.conversation_ttl_seconds)
+        self.tokens = TokenCounter()
+        self.pipeline = Pipeline(self.default_planners() if planners is None else planners, self.metrics,
+                                 self.conversations)
+
+    def default_planners(self) -> list[Planner]:
+        """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""
+        ranker = LexicalRanker()
+        tools = ToolPlanner(CatalogCache(self.tokens), lambda config: ranker, self.metrics,
+                            lambda plan: ToolSearchResponder(plan, self.conversations, self.metrics))
+        return [tools]
 
     async def read_body(self, request: Request) -> bytes:
         limit = self.config.server.body_limit_bytes
@@ -92,31 +106,37 @@ class Keel:
             raw = await self.read_body(request)
             bytes_in = len(raw)
             tenant = caller.tenant
-            if chat:
-                parsed = parse_chat(raw, caller, request.headers, rid)
-                planned = await self.pipeline.run(parsed)
-                content: bytes | None = planned.encoded(parsed)
-            else:
-                content = raw or None
             url = tenant.upstream.base_url + "/" + request.url.path.removeprefix("/v1/")
             if request.url.query:
                 url += "?" + request.url.query
             headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid)
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
-            try:
-                response = await self.upstream.open(request.method, url, headers, content)
-            except ProxyError as exc:
-                self.metrics.upstream_errors.labels(tenant.id, exc.code).inc()
-                raise
-            self.metrics.upstream_status.labels(tenant.id, str(response.status)).inc()
-            return await self.relay_counted(response, rid, done, tenant.id)
+
+            async def send(content: bytes | None) -> UpstreamResponse:
+                try:
+                    response = await self.upstream.open(request.method, url, headers, content)
+                except ProxyError as exc:
+                    self.metrics.upstream_errors.labels(tenant.id, exc.code).inc()
+                    raise
+                self.metrics.upstream_status.labels(tenant.id, str(response.status)).inc()
+                return response
+
+            if not chat:
+                return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
+            parsed = parse_chat(raw, caller, request.headers, rid)
+            planned = await self.pipeline.run(parsed)
+            if planned.responder is not None:
+                return await planned.responder.respond(planned, Exchange(send, rid, done))
+            response = await send(planned.encoded(parsed))
+            return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
             done(Outcome(status=exc.status, error=exc.code))
             return error_response(exc, rid)
 
     async def relay_counted(
-        self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str
+        self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> Response:
         gauge = self.metrics.streams_open.labels(tenant)
 
@@ -126,7 +146,7 @@ class Keel:
             done(outcome)
 
         try:
-            relayed = await relay(response, rid, finish)
+            relayed = await relay(response, rid, finish, extra_headers)
         except BaseException:
             await response.aclose()
             raise
@@ -152,7 +172,7 @@ def create_app(
     *,
     store: Store | None = None,
     upstream: Upstream | None = None,
-    planners: Sequence[Planner] = (),
+    planners: Sequence[Planner] | None = None,
 ) -> FastAPI:
     keel = Keel(
         config,

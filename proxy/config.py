@@ -106,10 +106,48 @@ class UpstreamConfig(_Model):
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
 
+class DeferConfig(_Model):
+    enabled: bool = True
+    min_tools: int = Field(12, ge=0, description="requests with fewer tools are left alone")
+    schema_chars: int = Field(160, ge=0, description="a tool whose schema JSON is shorter stays loaded")
+    always: tuple[str, ...] = Field((), description="names or globs always surfaced")
+
+
+DEFAULT_NEEDS_TOOL_QUESTION = "Does answering the user's newest message need any of these tools?"
+
+
+class SelectConfig(_Model):
+    enabled: bool = True
+    backend: Literal["lexical"] = Field("lexical", description="ranking backend (lexical: embedded, no network)")
+    shortlist: int = Field(5, ge=0, description="tools surfaced from the ranking")
+    low_confidence_below: float = Field(0.25, ge=0, le=1, description="widen when the top scores are this close")
+    low_confidence_extra: int = Field(3, ge=0, description="extra tools surfaced when confidence is low")
+    needs_tool_threshold: float = Field(0.5, ge=0, le=1, description="below it only named tools surface")
+    max_catalog_tools: int = Field(100, ge=1, description="option ceiling per LLM ranking request")
+    timeout_ms: int = Field(250, ge=1, description="deadline for one judgment")
+    question: str = Field(DEFAULT_NEEDS_TOOL_QUESTION, description="the yes/no needs-tool question")
+
+
+class SearchConfig(_Model):
+    max_results: int = Field(5, ge=1, description="tools one tool_search call returns")
+    max_rounds: int = Field(3, ge=0, description="tool_search rounds Keel answers inside one client turn")
+
+
+class PriceConfig(_Model):
+    input_per_mtok: float = Field(0.15, ge=0)
+    output_per_mtok: float = Field(0.60, ge=0)
+
+
 class ToolsConfig(_Model):
-    """Tool deferral and preselection (filled in by the tools issue)."""
+    """Tool deferral and preselection: ship the few schemas a turn needs, search for the rest."""
 
     enabled: bool = False
+    defer: DeferConfig = DeferConfig()
+    select: SelectConfig = SelectConfig()
+    search: SearchConfig = SearchConfig()
+    stability: Literal["per_turn"] = Field("per_turn", description="how the surfaced set may change in a segment")
+    pricing: dict[str, PriceConfig] = Field(default_factory=lambda: {"default": PriceConfig()},
+                                            description="judgment prices per model; 'default' for the rest")
 
 
 class ContextConfig(_Model):

@@ -9,7 +9,7 @@ segment.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -98,16 +98,22 @@ class Conversations:
     async def locate(self, chain: Chain, client_conversation: str | None = None) -> Location:
         users = chain.user_links
         if not users:
-            return Location(chain, TurnKind.NONE, "", client_conversation or "", ())
+            return self.unknown(chain, client_conversation)
         raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in users])
         found = [TurnRecord.from_bytes(r) for r in raw if r is not None]
         if not found:
-            segment = users[-1].hash
-            return Location(chain, TurnKind.NEW, segment, client_conversation or segment, ())
+            return self.unknown(chain, client_conversation)
         latest = found[-1]
         records = tuple(r for r in found if r.segment == latest.segment)
         kind = TurnKind.REGENERATED if latest.chain_hash == users[-1].hash else TurnKind.CONTINUED
         return Location(chain, kind, latest.segment, latest.conversation, records)
+
+    def unknown(self, chain: Chain, client_conversation: str | None = None) -> Location:
+        """The location of a turn whose history cannot be read: a new segment."""
+        users = chain.user_links
+        if not users:
+            return Location(chain, TurnKind.NONE, "", client_conversation or "", ())
+        return Location(chain, TurnKind.NEW, users[-1].hash, client_conversation or users[-1].hash, ())
 
     def new_record(self, location: Location, **fields: Any) -> TurnRecord:
         newest = location.chain.newest_user
@@ -123,6 +129,18 @@ class Conversations:
 
     async def write_turn(self, chain: Chain, record: TurnRecord) -> None:
         await self.store.set(self._turn_key(chain, record.chain_hash), record.to_bytes(), self.ttl)
+
+    async def add_hidden_exchange(self, location: Location, exchange: dict[str, Any]) -> None:
+        """Append an exchange to the newest user message's record (created if missing)."""
+        newest = location.chain.newest_user
+        if newest is None:
+            return
+        raw = await self.store.get(self._turn_key(location.chain, newest.hash))
+        record = TurnRecord.from_bytes(raw) if raw else self.new_record(location)
+        if any(x.get("answer") == exchange.get("answer") for x in record.hidden_exchanges):
+            return
+        updated = replace(record, hidden_exchanges=[*record.hidden_exchanges, exchange])
+        await self.write_turn(location.chain, updated)
 
     async def write_anchor(self, chain: Chain, anchor: SegmentAnchor) -> bool:
         """Store a segment's anchor once; the first writer wins so replicas agree."""

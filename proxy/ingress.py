@@ -10,12 +10,17 @@ import hashlib
 import hmac
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from proxy.chain import chain_seed
 from proxy.config import TenantConfig
+
+if TYPE_CHECKING:
+    from proxy.conversations import Location
+    from proxy.pipeline import Responder
 from proxy.errors import AuthenticationError, BadRequestError
 
 
@@ -75,6 +80,9 @@ class ChatRequest:
     body: dict[str, Any]
     headers: Mapping[str, str]
     request_id: str
+    location: Location | None = None  # where the turn sits in its conversation (features on only)
+    responder: Responder | None = None  # set by a planner that must see the response (tool_search)
+    response_headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def stream(self) -> bool:
@@ -99,12 +107,25 @@ class ChatRequest:
         value = self.headers.get("x-keel-conversation") or from_meta or self.body.get("prompt_cache_key")
         return str(value) if value else None
 
-    def with_body(self, body: dict[str, Any]) -> ChatRequest:
-        return replace(self, body=body)
+    @property
+    def chain_seed(self) -> str:
+        return chain_seed(self.tenant.id, self.end_user, self.conversation_id)
+
+    def with_body(self, body: dict[str, Any], **changes: Any) -> ChatRequest:
+        return replace(self, body=body, **changes)
+
+    def with_headers(self, **headers: str) -> ChatRequest:
+        return replace(self, response_headers={**self.response_headers, **headers})
 
     def encoded(self, original: ChatRequest) -> bytes:
-        """The bytes to send upstream: the client's own unless a planner changed the body."""
-        return self.raw if self.body is original.body else orjson.dumps(self.body)
+        """The bytes to send upstream: the client's own unless a planner changed the body,
+        in which case everything is rendered canonically (sorted keys) so reordered JSON
+        from the client still renders the same bytes."""
+        return self.raw if self.body is original.body else encode(self.body)
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
 
 
 def request_id(headers: Mapping[str, str]) -> str:

@@ -30,6 +30,18 @@ class Metrics:
             "keel_planner_failures", "Planner stages that failed and were skipped", ["tenant", "planner"], registry=r
         )
 
+        self.tools_offered = Counter("keel_tools_offered", "Tools the client sent", ["tenant"], registry=r)
+        self.tools_surfaced = Counter("keel_tools_surfaced", "Tools Keel shipped with full schemas", ["tenant"],
+                                      registry=r)
+        self.tool_tokens_saved = Counter("keel_tool_tokens_saved", "Schema tokens deferred (not sent)", ["tenant"],
+                                         registry=r)
+        self.tool_search_rounds = Counter("keel_tool_search_rounds", "tool_search calls Keel answered", ["tenant"],
+                                          registry=r)
+        self.judgment_seconds = Histogram("keel_judgment_seconds", "Time per judgment", ["tenant", "judgment"],
+                                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+                                          registry=r)
+        self.judgment_failures = Counter("keel_judgment_failures", "Judgments that failed or timed out",
+                                         ["tenant", "judgment"], registry=r)
         self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
 
     def observe_request(self, tenant: str, route: str, status: int, seconds: float, bytes_in: int,

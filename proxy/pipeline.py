@@ -8,11 +8,19 @@ with its name, counted, and skipped: its part of the request stays as the client
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+from starlette.responses import Response
+
+from proxy.chain import build_chain
+from proxy.conversations import Conversations
 from proxy.ingress import ChatRequest
 from proxy.metrics import Metrics
+from proxy.relay import Outcome
+from proxy.stores import StoreError
+from proxy.upstream import UpstreamResponse
 
 log = logging.getLogger("keel.pipeline")
 
@@ -20,16 +28,41 @@ log = logging.getLogger("keel.pipeline")
 class Planner(Protocol):
     name: str
 
+    def applies(self, request: ChatRequest) -> bool:
+        """Whether this planner has anything to do for the request's tenant (cheap, no I/O)."""
+        ...
+
     async def plan(self, request: ChatRequest) -> ChatRequest: ...
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """What a responder needs from the app: a way to call the upstream, and to report the outcome."""
+
+    send: Callable[[bytes], Awaitable[UpstreamResponse]]
+    request_id: str
+    done: Callable[[Outcome], None]
+
+
+class Responder(Protocol):
+    """A planner's hand on the response: it calls the upstream (maybe several times) and
+    builds what the client gets."""
+
+    async def respond(self, request: ChatRequest, exchange: Exchange) -> Response: ...
+
+
 class Pipeline:
-    def __init__(self, planners: Sequence[Planner], metrics: Metrics) -> None:
+    def __init__(self, planners: Sequence[Planner], metrics: Metrics, conversations: Conversations) -> None:
         self.planners = tuple(planners)
         self.metrics = metrics
+        self.conversations = conversations
 
     async def run(self, request: ChatRequest) -> ChatRequest:
-        for planner in self.planners:
+        active = [p for p in self.planners if p.applies(request)]
+        if not active:
+            return request
+        request = await self._locate(request)
+        for planner in active:
             try:
                 request = await planner.plan(request)
             except Exception:
@@ -39,3 +72,15 @@ class Pipeline:
                 )
                 self.metrics.planner_failures.labels(request.tenant.id, planner.name).inc()
         return request
+
+    async def _locate(self, request: ChatRequest) -> ChatRequest:
+        """Find the turn in its conversation once, for every planner; a store failure only
+        costs the planners their history (the turn is treated as new)."""
+        chain = build_chain(request.chain_seed, request.messages)
+        try:
+            location = await self.conversations.locate(chain, request.conversation_id)
+        except StoreError:
+            log.warning("store_unavailable", extra={"tenant": request.tenant.id, "request_id": request.request_id})
+            self.metrics.planner_failures.labels(request.tenant.id, "locate").inc()
+            location = self.conversations.unknown(chain, request.conversation_id)
+        return replace(request, location=location)

@@ -2,7 +2,9 @@
 
 Directives (anywhere in the newest user message's text):
     [[call NAME {"arg": 1}]]  call tool NAME if offered; else call `tool_search` for it if
-                              that is offered; else say the tool is unavailable
+                              that is offered (and NAME once the search offered it); else
+                              say the tool is unavailable. Several directives: several calls
+    [[callx HEX {...}]]       the same, the name hex-encoded (hidden from name matching)
     [[error 503]]             answer with that HTTP status and an OpenAI-style error
     [[sleep 1.5]]             wait that many seconds before answering
     [[drip 0.05]]             (streaming) wait that many seconds between content chunks
@@ -20,7 +22,9 @@ from typing import Any
 
 import orjson
 
-_DIRECTIVE = re.compile(r"\[\[(call|error|sleep|drip|cut|words)\s*([^\]]*)\]\]")
+from proxy.messages import message_text
+
+_DIRECTIVE = re.compile(r"\[\[(callx|call|error|sleep|drip|cut|words)\s*([^\]]*)\]\]")
 
 
 @dataclass(frozen=True)
@@ -45,15 +49,6 @@ class Script:
         return "tool_calls" if self.tool_calls else "stop"
 
 
-def message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
 def _offered(body: dict[str, Any]) -> set[str]:
     names = set()
     for tool in body.get("tools") or []:
@@ -72,31 +67,56 @@ def plan_answer(body: dict[str, Any]) -> Script:
     last = messages[-1] if messages else {}
     users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     newest = message_text(users[-1]) if users else ""
-    found = {kind: arg.strip() for kind, arg in _DIRECTIVE.findall(newest)}
+    directives = _DIRECTIVE.findall(newest)
+    found = {kind: arg.strip() for kind, arg in directives}
+    wanted = [arg.strip() if kind == "call" else _unhex(arg.strip()) for kind, arg in directives
+              if kind in ("call", "callx")]
     error = int(found["error"]) if found.get("error", "").isdigit() else None
     base = Script(error_status=error, sleep=_seconds(found, "sleep"), drip=_seconds(found, "drip"),
                   cut="cut" in found, directives=found)
 
+    offered = _offered(body)
+    called = _called_since_user(messages)
+    seed = f"{len(messages)}:{newest}"
+    pending = [w for w in wanted if w.partition(" ")[0] not in called]
+    if pending and (last.get("role") != "tool" or any(w.partition(" ")[0] in offered for w in pending)):
+        calls, missing = [], []
+        for want in pending:
+            name, _, args = want.partition(" ")
+            if name in offered:
+                calls.append(ToolCall(_call_id(seed, len(calls)), name, args.strip() or "{}"))
+            else:
+                missing.append(name)
+        if missing and "tool_search" in offered and "tool_search" not in called:
+            arguments = orjson.dumps({"query": " ".join(missing), "names": missing}).decode()
+            calls.append(ToolCall(_call_id(seed, len(calls)), "tool_search", arguments))
+        elif missing and not calls:
+            return _with(base, text=f"The tool {missing[0]} is not available to me.")
+        if calls:
+            return _with(base, tool_calls=tuple(calls))
     if last.get("role") == "tool":
         result = message_text(last)[:200]
         name = _tool_name_for(messages, last.get("tool_call_id"))
         return _with(base, text=f"The {name} tool returned: {result}")
-    if "call" in found:
-        name, _, args = found["call"].partition(" ")
-        offered = _offered(body)
-        seed = f"{len(messages)}:{newest}"
-        if name in offered:
-            arguments = args.strip() or "{}"
-            return _with(base, tool_calls=(ToolCall(_call_id(seed, 0), name, arguments),))
-        if "tool_search" in offered:
-            arguments = orjson.dumps({"query": name, "names": [name]}).decode()
-            return _with(base, tool_calls=(ToolCall(_call_id(seed, 0), "tool_search", arguments),))
-        return _with(base, text=f"The tool {name} is not available to me.")
     if "words" in found and found["words"].isdigit():
         count = int(found["words"])
         return _with(base, text=" ".join(f"word{i}" for i in range(count)))
     clean = _DIRECTIVE.sub("", newest).strip()
     return _with(base, text=f"You said: {clean}" if clean else "Hello! How can I help?")
+
+
+def _unhex(arg: str) -> str:
+    name, _, args = arg.partition(" ")
+    try:
+        return bytes.fromhex(name).decode() + (" " + args if args else "")
+    except ValueError:
+        return arg
+
+
+def hidden_call(name: str, arguments: str = "") -> str:
+    """A [[callx]] directive: like [[call]], with the name hex-encoded so that nothing reading
+    the message (Keel's name matching, a ranker) can see which tool it names."""
+    return f"[[callx {name.encode().hex()}{' ' + arguments if arguments else ''}]]"
 
 
 def _seconds(found: dict[str, str], name: str) -> float:
@@ -106,6 +126,18 @@ def _seconds(found: dict[str, str], name: str) -> float:
 
 def _with(base: Script, **changes: Any) -> Script:
     return replace(base, **changes)
+
+
+def _called_since_user(messages: list[dict[str, Any]]) -> set[str]:
+    """Tools the assistant already called after the newest user message."""
+    names: set[str] = set()
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            break
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict):
+                names.add(str(call.get("function", {}).get("name")))
+    return names
 
 
 def _tool_name_for(messages: list[dict[str, Any]], call_id: Any) -> str:

@@ -1,0 +1,81 @@
+"""Hidden exchanges: what Keel said to the model on the client's behalf, spliced back later.
+
+When Keel answers a `tool_search` call itself, the provider's history holds an assistant
+call and a tool result that the client never saw. The next request from the client lacks
+them; Keel puts them back at the same place so the provider sees exactly the history it
+produced (and its prompt cache still matches). An exchange is stored on the turn record of
+the user message it followed, with a fingerprint of the visible answer it led to, so a
+regenerated answer never inherits another answer's exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from proxy.chain import canonical_json
+from proxy.conversations import TurnRecord
+
+Message = dict[str, Any]
+
+
+def fingerprint(message: Message) -> str:
+    """What identifies an assistant message as the client resends it: text and call ids."""
+    calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    content = message.get("content")
+    return canonical_json({"content": content if isinstance(content, str) else None, "calls": calls}).decode()
+
+
+@dataclass(frozen=True)
+class HiddenExchange:
+    before: list[Message]  # assistant calls + tool results Keel handled, before the visible answer
+    visible: Message | None  # the provider's own version of the visible answer, if Keel trimmed it
+    after: list[Message]  # tool results for calls in `visible` that Keel answered
+    found: list[str] = field(default_factory=list)  # tools the searches surfaced
+    answer: str = ""  # fingerprint of the visible answer as the client received it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HiddenExchange:
+        return cls(**data)
+
+
+def _visible_answer(messages: Sequence[Message], user_index: int) -> int | None:
+    for i in range(user_index + 1, len(messages)):
+        role = messages[i].get("role")
+        if role == "assistant":
+            return i
+        if role == "user":
+            return None
+    return None
+
+
+def splice(messages: Sequence[Message], records: Sequence[TurnRecord]) -> list[Message]:
+    """The client's messages with every stored hidden exchange put back in its place."""
+    out = list(messages)
+    for record in sorted(records, key=lambda r: r.position, reverse=True):
+        if not record.hidden_exchanges or record.position >= len(out):
+            continue
+        answer = _visible_answer(out, record.position)
+        if answer is None:
+            continue  # the turn is being (re)generated: its exchanges belong to an answer not sent
+        exchange = next(
+            (HiddenExchange.from_dict(x) for x in record.hidden_exchanges if x.get("answer") == fingerprint(out[answer])),
+            None,
+        )
+        if exchange is None:
+            continue
+        visible = exchange.visible if exchange.visible is not None else out[answer]
+        out[answer : answer + 1] = [*exchange.before, visible, *exchange.after]
+    return out
+
+
+def found_tools(records: Sequence[TurnRecord]) -> set[str]:
+    names: set[str] = set()
+    for record in records:
+        for exchange in record.hidden_exchanges:
+            names.update(exchange.get("found", ()))
+    return names

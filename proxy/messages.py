@@ -1,0 +1,36 @@
+"""Reading chat messages: the text of a message, the newest user turn, the tools called."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def message_text(message: Message) -> str:
+    """The text of a message: string content, or its text parts joined (images ignored)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def newest_user_text(messages: Sequence[Message]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return message_text(message)
+    return ""
+
+
+def called_tools(messages: Sequence[Message]) -> set[str]:
+    """Names of every tool an assistant message in the history called."""
+    names = set()
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                names.add(fn["name"])
+    return names

@@ -1,0 +1,128 @@
+"""A tool catalog as Keel sees it: parsed once per distinct tools array, then cached.
+
+Everything derived from a tool (canonical bytes, index terms, token count) is keyed by the
+catalog's hash, so a 200-tool request costs one hash and a dictionary lookup, never a
+re-index or a re-tokenization.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.tokens import TokenCounter
+from proxy.tools.lexical import LexicalIndex
+
+
+@dataclass(frozen=True)
+class ToolEntry:
+    name: str
+    tool: dict[str, Any]  # canonical (sorted keys), as Keel renders it
+    chars: int
+    description: str
+    server: str | None  # "github" for "github__create_branch"
+
+
+@dataclass
+class Catalog:
+    key: str
+    entries: tuple[ToolEntry, ...]
+    by_name: dict[str, int]
+    index: LexicalIndex
+    _name_pattern: re.Pattern[str] | None = None
+    tokens: dict[str, int] = field(default_factory=dict)  # filled in the background
+
+    def names_in(self, text: str, cap: int) -> list[str]:
+        """Tools named in `text` as whole words (never inside a longer word), at most `cap`."""
+        if self._name_pattern is None or not text or cap <= 0:
+            return []
+        found: list[str] = []
+        for match in self._name_pattern.finditer(text):
+            name = match.group(1)
+            if name in self.by_name and name not in found:
+                found.append(name)
+                if len(found) >= cap:
+                    break
+        return found
+
+    def entries_for(self, names: Iterable[str]) -> list[ToolEntry]:
+        return [self.entries[self.by_name[n]] for n in names if n in self.by_name]
+
+
+def _canonical(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+
+
+def _server(name: str) -> str | None:
+    if "__" in name:
+        return name.split("__", 1)[0]
+    return None
+
+
+def build_catalog(key: str, tools: Sequence[dict[str, Any]]) -> Catalog:
+    entries = []
+    docs = []
+    for tool in tools:
+        fn = tool.get("function") or {}
+        name = str(fn.get("name", ""))
+        description = str(fn.get("description") or "")
+        canonical = _canonical(tool)
+        entries.append(ToolEntry(name, canonical, len(orjson.dumps(canonical)), description, _server(name)))
+        params = fn.get("parameters") or {}
+        props = params.get("properties") if isinstance(params, dict) else None
+        param_text = []
+        if isinstance(props, dict):
+            for pname, spec in props.items():
+                param_text.append(pname)
+                if isinstance(spec, dict) and isinstance(spec.get("description"), str):
+                    param_text.append(spec["description"][:200])
+        docs.append((name, description, " ".join(param_text)))
+    by_name = {e.name: i for i, e in enumerate(entries)}
+    names = sorted((n for n in by_name if n), key=len, reverse=True)
+    pattern = None
+    if names:
+        # Whole words only: a name is never matched inside a longer identifier.
+        alternatives = "|".join(re.escape(n) for n in names)
+        pattern = re.compile(rf"(?<![A-Za-z0-9_\-])({alternatives})(?![A-Za-z0-9_\-])")
+    return Catalog(key, tuple(entries), by_name, LexicalIndex(docs), pattern)
+
+
+class CatalogCache:
+    """Catalogs by content hash (LRU), with token counts computed off the request path."""
+
+    def __init__(self, tokens: TokenCounter, size: int = 64) -> None:
+        self.tokens = tokens
+        self._size = size
+        self._catalogs: OrderedDict[str, Catalog] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, tools: Sequence[dict[str, Any]]) -> Catalog:
+        key = hashlib.blake2b(orjson.dumps(tools), digest_size=16).hexdigest()
+        catalog = self._catalogs.get(key)
+        if catalog is not None:
+            self._catalogs.move_to_end(key)
+            return catalog
+        catalog = build_catalog(key, tools)
+        self._catalogs[key] = catalog
+        if len(self._catalogs) > self._size:
+            self._catalogs.popitem(last=False)
+        threading.Thread(target=self._count_tokens, args=(catalog,), daemon=True).start()
+        return catalog
+
+    def _count_tokens(self, catalog: Catalog) -> None:
+        with self._lock:
+            for entry in catalog.entries:
+                catalog.tokens[entry.name] = self.tokens.count(orjson.dumps(entry.tool).decode())
+
+    def tool_tokens(self, catalog: Catalog, entries: Iterable[ToolEntry]) -> int:
+        """Token count of these tools (an estimate until the background count is done)."""
+        return sum(catalog.tokens.get(e.name, e.chars // 4) for e in entries)
+
+

@@ -1,0 +1,134 @@
+"""The tool planner: defer the catalog, surface what the turn needs, add `tool_search`.
+
+Always surfaced: tools named in the newest user message, `always` tools, tools used or
+found earlier in the conversation, the tool named by `tool_choice`, and tools whose schema
+is cheaper than a search. The rest are ranked; a needs-tool gate keeps a thanks-you from
+surfacing anything. Every tool stays reachable: what is not surfaced is named in
+`tool_search`'s description (invariant 3). A ranking that fails or times out leaves only the
+always-surfaced tools, never a failed turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.config import ToolsConfig
+from proxy.hidden import found_tools, splice
+from proxy.ingress import ChatRequest
+from proxy.messages import called_tools, newest_user_text
+from proxy.metrics import Metrics
+from proxy.tools.catalog import Catalog, CatalogCache
+from proxy.tools.ranking import Ranker, Ranking
+from proxy.tools.search import SEARCH_TOOL, search_tool
+
+log = logging.getLogger("keel.tools")
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    catalog: Catalog
+    surfaced: tuple[str, ...]  # sorted
+    deferred: tuple[str, ...]  # sorted
+    offered: int
+    outcome: str  # ranked | no_tool_needed | ranking_failed
+
+
+def _valid_tools(tools: Any) -> bool:
+    return isinstance(tools, list) and all(
+        isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
+        for t in tools
+    )
+
+
+class ToolPlanner:
+    name = "tools"
+
+    def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[ToolsConfig], Ranker], metrics: Metrics,
+                 responder_for: Callable[[ToolPlan], Any]) -> None:
+        self.catalogs = catalogs
+        self.ranker_for = ranker_for
+        self.metrics = metrics
+        self.responder_for = responder_for
+
+    def applies(self, request: ChatRequest) -> bool:
+        return request.tenant.tools.enabled
+
+    async def plan(self, request: ChatRequest) -> ChatRequest:
+        cfg = request.tenant.tools
+        tools = request.body.get("tools")
+        if not cfg.defer.enabled or not _valid_tools(tools) or len(tools) < cfg.defer.min_tools:
+            return request
+        if any(t["function"]["name"] == SEARCH_TOOL for t in tools):
+            return request  # the client has its own tool_search: leave its tools alone
+        catalog = self.catalogs.get(tools)
+        records = request.location.records if request.location else ()
+        messages = splice(request.messages, records)
+        query = newest_user_text(messages)
+        pinned = self._pinned(request, catalog, query, messages, found_tools(records))
+        candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
+        ranking, outcome = await self._rank(request, catalog, query, candidates)
+        selected: list[str] = []
+        if ranking is not None and ranking.needs_tool >= cfg.select.needs_tool_threshold:
+            width = cfg.select.shortlist
+            if ranking.confidence is None or ranking.confidence < cfg.select.low_confidence_below:
+                width += cfg.select.low_confidence_extra
+            selected = [catalog.entries[i].name for i in ranking.order[:width]]
+        elif ranking is not None:
+            outcome = "no_tool_needed"
+        surfaced = sorted(pinned | set(selected))
+        deferred = sorted(e.name for e in catalog.entries if e.name not in pinned and e.name not in selected)
+        self._count(request, catalog, surfaced, deferred)
+        if not deferred:
+            return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
+        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(tools), outcome)
+        rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced] + [search_tool(deferred)]
+        body = {**request.body, "tools": rendered, "messages": messages}
+        planned = request.with_body(body, responder=self.responder_for(plan))
+        return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(tools)}"})
+
+    def _pinned(self, request: ChatRequest, catalog: Catalog, query: str, messages: Sequence[dict[str, Any]],
+                found: set[str]) -> set[str]:
+        cfg = request.tenant.tools
+        pinned = set(catalog.names_in(query, cfg.select.shortlist))
+        pinned |= {n for n in catalog.by_name if any(fnmatch.fnmatchcase(n, g) for g in cfg.defer.always)}
+        pinned |= (called_tools(messages) | found) & catalog.by_name.keys()
+        choice = request.body.get("tool_choice")
+        if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+            name = choice["function"].get("name")
+            if name in catalog.by_name:
+                pinned.add(name)
+        pinned |= {e.name for e in catalog.entries if e.chars < cfg.defer.schema_chars}
+        return pinned
+
+    async def _rank(self, request: ChatRequest, catalog: Catalog, query: str,
+                    candidates: list[int]) -> tuple[Ranking | None, str]:
+        select = request.tenant.tools.select
+        if not select.enabled or not candidates:
+            return None, "not_ranked"
+        started = time.perf_counter()
+        try:
+            ranker = self.ranker_for(request.tenant.tools)
+            ranking = await asyncio.wait_for(ranker.rank(query, catalog, candidates, select.shortlist),
+                                             select.timeout_ms / 1000)
+        except Exception as exc:  # timeout, backend error: only the always-surfaced tools this turn
+            log.warning("tool_ranking_failed", extra={"tenant": request.tenant.id, "error": repr(exc),
+                                                      "request_id": request.request_id})
+            self.metrics.judgment_failures.labels(request.tenant.id, "tool_ranking").inc()
+            return None, "ranking_failed"
+        finally:
+            self.metrics.judgment_seconds.labels(request.tenant.id, "tool_ranking").observe(
+                time.perf_counter() - started)
+        return ranking, "ranked"
+
+    def _count(self, request: ChatRequest, catalog: Catalog, surfaced: list[str], deferred: list[str]) -> None:
+        tenant = request.tenant.id
+        self.metrics.tools_offered.labels(tenant).inc(len(catalog.entries))
+        self.metrics.tools_surfaced.labels(tenant).inc(len(surfaced))
+        saved = self.catalogs.tool_tokens(catalog, catalog.entries_for(deferred))
+        self.metrics.tool_tokens_saved.labels(tenant).inc(saved)

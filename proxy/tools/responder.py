@@ -1,0 +1,345 @@
+"""Answering `tool_search` inside Keel: call the model, answer its searches, call it again.
+
+The client sees only what it can act on: text and calls of its own tools. Streaming, the
+text flows on as it arrives, `tool_search` call deltas are withheld, the client's own call
+indexes stay contiguous across upstream calls, and the client gets one id, one
+finish_reason and (when it asked) one usage chunk summed over every upstream call. What the
+client never saw is stored as a hidden exchange and spliced back on its next request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from proxy.config import ToolsConfig
+from proxy.conversations import Conversations
+from proxy.errors import ProxyError, error_body
+from proxy.hidden import HiddenExchange, fingerprint
+from proxy.ingress import ChatRequest, encode
+from proxy.metrics import Metrics
+from proxy.pipeline import Exchange
+from proxy.relay import Outcome, client_headers, relay
+from proxy.sse import Event, EventParser, encode_event
+from proxy.stores import StoreError
+from proxy.tools.planner import ToolPlan
+from proxy.tools.search import SEARCH_TOOL, answer_search, search_tool
+from proxy.upstream import UpstreamResponse, header
+
+log = logging.getLogger("keel.tools")
+Message = dict[str, Any]
+
+
+def add_usage(total: Any, usage: Any) -> Any:
+    """Sum two usage objects leaf by leaf (numbers add; nested details merge)."""
+    if not isinstance(usage, dict):
+        return total
+    if not isinstance(total, dict):
+        return orjson.loads(orjson.dumps(usage))
+    for key, value in usage.items():
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, (int, float)):
+            total[key] = (total.get(key) or 0) + value
+        elif isinstance(value, dict):
+            total[key] = add_usage(total.get(key), value)
+    return total
+
+
+@dataclass
+class Loop:
+    """The state of one client turn across upstream calls."""
+
+    plan: ToolPlan
+    config: ToolsConfig
+    body: dict[str, Any]
+    surfaced: list[str]
+    deferred: list[str]
+    before: list[Message] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)
+    rounds: int = 0
+
+    def answer(self, searches: list[Message]) -> list[Message]:
+        """Tool results for these search calls; their tools are surfaced for the next call."""
+        results = []
+        for call in searches:
+            result = answer_search(call["function"].get("arguments", ""), self.plan.catalog, self.deferred,
+                                   self.config.search.max_results)
+            for name in result.found:
+                if name in self.deferred:
+                    self.deferred.remove(name)
+                    self.surfaced.append(name)
+                    self.found.append(name)
+            results.append({"role": "tool", "tool_call_id": call["id"], "content": result.content})
+        self.rounds += 1
+        catalog = self.plan.catalog
+        tools = [catalog.entries[catalog.by_name[n]].tool for n in sorted(self.surfaced)]
+        if self.deferred:
+            tools.append(search_tool(self.deferred))
+        self.body["tools"] = tools
+        return results
+
+    def continue_with(self, assistant: Message, results: list[Message]) -> None:
+        self.before += [assistant, *results]
+        self.body["messages"] = [*self.body["messages"], assistant, *results]
+
+    def can_continue(self) -> bool:
+        return self.rounds < self.config.search.max_rounds
+
+
+def is_search(call: Any) -> bool:
+    return isinstance(call, dict) and (call.get("function") or {}).get("name") == SEARCH_TOOL
+
+
+class ToolSearchResponder:
+    def __init__(self, plan: ToolPlan, conversations: Conversations, metrics: Metrics) -> None:
+        self.plan = plan
+        self.conversations = conversations
+        self.metrics = metrics
+
+    def _loop(self, request: ChatRequest) -> Loop:
+        return Loop(self.plan, request.tenant.tools, dict(request.body), list(self.plan.surfaced),
+                    list(self.plan.deferred))
+
+    async def respond(self, request: ChatRequest, exchange: Exchange) -> Response:
+        loop = self._loop(request)
+        first = await exchange.send(encode(loop.body))
+        if first.status != 200 or not header(first, "content-type").startswith(
+                ("application/json", "text/event-stream")):
+            return await relay(first, exchange.request_id, exchange.done, request.response_headers)
+        if header(first, "content-type").startswith("text/event-stream"):
+            headers = client_headers(first, exchange.request_id) | dict(request.response_headers)
+            return StreamingResponse(self._stream(request, exchange, loop, first), status_code=200, headers=headers)
+        return await self._whole(request, exchange, loop, first)
+
+    async def _store(self, request: ChatRequest, loop: Loop, visible: Message | None, after: list[Message],
+                     shown: Message) -> None:
+        if request.location is None or not (loop.before or after):
+            return
+        hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown))
+        try:
+            await self.conversations.add_hidden_exchange(request.location, hidden.to_dict())
+        except StoreError as exc:
+            log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": str(exc)})
+
+    async def _whole(self, request: ChatRequest, exchange: Exchange, loop: Loop,
+                     upstream: UpstreamResponse) -> Response:
+        usage: Any = None
+        after: list[Message] = []
+        visible: Message | None = None
+        headers = client_headers(upstream, exchange.request_id) | dict(request.response_headers)
+        while True:
+            raw = await upstream.read()
+            try:
+                data = orjson.loads(raw)
+                message = data["choices"][0]["message"]
+            except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+                exchange.done(Outcome(upstream.status, len(raw)))
+                return Response(raw, status_code=upstream.status, headers=headers)
+            usage = add_usage(usage, data.get("usage"))
+            calls = message.get("tool_calls") or []
+            searches = [c for c in calls if is_search(c)]
+            if not searches:
+                if loop.rounds == 0:  # nothing for Keel to do: the upstream's bytes as they were
+                    exchange.done(Outcome(upstream.status, len(raw)))
+                    return Response(raw, status_code=upstream.status, headers=headers)
+                visible = message
+                break
+            self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
+            results = loop.answer(searches)
+            own = [c for c in calls if not is_search(c)]
+            if own or not loop.can_continue():
+                visible, after = message, results
+                message = {k: v for k, v in message.items() if k != "tool_calls"} | ({"tool_calls": own} if own else {})
+                data["choices"][0]["finish_reason"] = "tool_calls" if own else "stop"
+                break
+            loop.continue_with(message, results)
+            upstream = await exchange.send(encode(loop.body))
+            if upstream.status != 200:
+                return await relay(upstream, exchange.request_id, exchange.done, request.response_headers)
+        data["choices"][0]["message"] = message
+        if usage is not None:
+            data["usage"] = usage
+        await self._store(request, loop, visible, after, message)
+        body = orjson.dumps(data)
+        exchange.done(Outcome(200, len(body)))
+        return Response(body, status_code=200, headers=headers)
+
+    async def _stream(self, request: ChatRequest, exchange: Exchange, loop: Loop,
+                      upstream: UpstreamResponse) -> AsyncIterator[bytes]:
+        outcome = Outcome(200, streamed=True)
+        state = StreamState()
+        stored = False
+        try:
+            while True:
+                async for out in state.relay_round(upstream):
+                    outcome.bytes_out += len(out)
+                    yield out
+                if state.error:
+                    return
+                searches = [c for c in state.calls if is_search(c)]
+                if not searches:
+                    break
+                self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
+                results = loop.answer(searches)
+                assistant = state.assistant_message()
+                if state.own_calls or not loop.can_continue():
+                    await self._store(request, loop, assistant, results, state.shown_message())
+                    stored = True
+                    state.finish = "tool_calls" if state.own_calls else "stop"
+                    break
+                loop.continue_with(assistant, results)
+                upstream = await exchange.send(encode(loop.body))
+                if upstream.status != 200:
+                    raise ProxyError(f"upstream answered {upstream.status} to a continued call", code="upstream_error")
+                state.next_round()
+            if loop.rounds and not stored:
+                await self._store(request, loop, state.assistant_message(), [], state.shown_message())
+            for out in state.closing(bool((request.body.get("stream_options") or {}).get("include_usage"))):
+                outcome.bytes_out += len(out)
+                yield out
+        except ProxyError as exc:
+            outcome.error = exc.code
+            yield b"data: " + error_body(exc.message, exc.type, exc.code) + b"\n\n"
+        finally:
+            await upstream.aclose()
+            exchange.done(outcome)
+
+
+@dataclass
+class StreamState:
+    """Rewrites one client stream out of one or more upstream streams."""
+
+    round: int = 0
+    first_id: str | None = None
+    created: int = 0
+    model: str = ""
+    client_index: int = 0
+    index_map: dict[int, int] = field(default_factory=dict)
+    calls_by_index: dict[int, Message] = field(default_factory=dict)
+    own_calls: list[Message] = field(default_factory=list)  # every client call forwarded, all rounds
+    content: str = ""  # this round's text
+    shown_content: str = ""  # all rounds' text, as the client saw it
+    finish: str | None = None
+    usage: Any = None
+    held: list[bytes] = field(default_factory=list)  # round-0 closing events, replayed if nothing changed
+    error: bool = False
+
+    @property
+    def calls(self) -> list[Message]:
+        return [self.calls_by_index[i] for i in sorted(self.calls_by_index)]
+
+    def next_round(self) -> None:
+        self.round += 1
+        self.index_map, self.calls_by_index, self.content, self.held = {}, {}, "", []
+
+    async def relay_round(self, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
+        parser = EventParser()
+        async for chunk in upstream.iter_raw():
+            for event in parser.feed(chunk):
+                out = self._event(event)
+                if out:
+                    yield out
+                if self.error:
+                    return
+
+    def _event(self, event: Event) -> bytes | None:
+        if event.data is None:
+            return event.raw  # comments and keep-alives pass through
+        if event.done:
+            self.held.append(event.raw)
+            return None
+        data = event.json()
+        if not isinstance(data, dict) or "error" in data:
+            self.error = True
+            return event.raw
+        if self.first_id is None:
+            self.first_id, self.created, self.model = data.get("id"), data.get("created", 0), data.get("model", "")
+        changed = self.round > 0
+        if data.get("usage"):
+            self.usage = add_usage(self.usage, data["usage"])
+        choices = data.get("choices") or []
+        if not choices:
+            self.held.append(event.raw)
+            return None
+        choice = dict(choices[0])
+        delta = dict(choice.get("delta") or {})
+        if delta.get("tool_calls"):
+            kept = self._tool_deltas(delta["tool_calls"])
+            changed = changed or kept != delta["tool_calls"]
+            if kept:
+                delta["tool_calls"] = kept
+            else:
+                delta.pop("tool_calls")
+        text = delta.get("content")
+        if isinstance(text, str):
+            self.content += text
+            self.shown_content += text
+        if choice.get("finish_reason"):
+            self.finish = choice["finish_reason"]
+            self.held.append(event.raw)
+            if not delta.get("content") and not delta.get("tool_calls"):
+                return None
+            choice["finish_reason"], changed = None, True
+        if self.round > 0 and delta.get("role"):
+            delta.pop("role")
+            changed = True
+        if not delta and changed:
+            return None
+        if not changed:
+            return event.raw
+        choice["delta"] = delta
+        return encode_event({**data, "id": self.first_id, "choices": [choice], **({"usage": None} if "usage" in data
+                                                                                  else {})})
+
+    def _tool_deltas(self, deltas: list[Any]) -> list[Any]:
+        kept = []
+        for delta in deltas:
+            index = delta.get("index", 0)
+            fn = delta.get("function") or {}
+            call = self.calls_by_index.get(index)
+            if call is None:
+                call = {"id": delta.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": ""}}
+                self.calls_by_index[index] = call
+                if not is_search(call):
+                    self.index_map[index] = self.client_index
+                    self.client_index += 1
+                    self.own_calls.append(call)
+            call["function"]["arguments"] += fn.get("arguments") or ""
+            if is_search(call):
+                continue
+            mapped = self.index_map[index]
+            kept.append(delta if mapped == index else {**delta, "index": mapped})
+        return kept
+
+    def assistant_message(self) -> Message:
+        """This round's assistant message as the provider produced it."""
+        message: Message = {"role": "assistant", "content": self.content or None}
+        if self.calls:
+            message["tool_calls"] = self.calls
+        return message
+
+    def shown_message(self) -> Message:
+        """The assistant message as the client assembled it from the stream."""
+        message: Message = {"role": "assistant", "content": self.shown_content or None}
+        if self.own_calls:
+            message["tool_calls"] = self.own_calls
+        return message
+
+    def closing(self, include_usage: bool) -> list[bytes]:
+        if self.round == 0 and not any(is_search(c) for c in self.calls) and self.held:
+            return self.held  # nothing was rewritten: the upstream's own closing bytes
+        chunk = {"id": self.first_id, "object": "chat.completion.chunk", "created": self.created or int(time.time()),
+                 "model": self.model, "choices": [{"index": 0, "delta": {}, "finish_reason": self.finish or "stop"}]}
+        out = [encode_event(chunk)]
+        if include_usage and self.usage is not None:
+            out.append(encode_event({"id": self.first_id, "object": "chat.completion.chunk", "created": chunk["created"],
+                                     "model": self.model, "choices": [], "usage": self.usage}))
+        out.append(b"data: [DONE]\n\n")
+        return out

@@ -1,0 +1,108 @@
+"""The `tool_search` tool: its definition (every deferred tool named, compactly) and its answer."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.tools.catalog import Catalog, ToolEntry
+from proxy.tools.ranking import LexicalRanker
+
+SEARCH_TOOL = "tool_search"
+
+
+def _words(names: Sequence[str]) -> list[str]:
+    """`create_branch, create_issue, get_me` → `create_{branch,issue}, get_me`."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        head, sep, rest = name.partition("_")
+        groups[head if sep and rest else name].append(rest if sep and rest else "")
+    out = []
+    for head in sorted(groups):
+        rests = sorted(groups[head])
+        if len(rests) == 1:
+            out.append(f"{head}_{rests[0]}" if rests[0] else head)
+        else:
+            out.append(head + "_{" + ",".join(rests) + "}")
+    return out
+
+
+def listing(names: Sequence[str]) -> str:
+    """Every name, compactly: grouped by server prefix (`github__`) and by first word."""
+    servers: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        server, sep, rest = name.partition("__")
+        servers[server if sep else ""].append(rest if sep else name)
+    parts = []
+    for server in sorted(servers):
+        words = ", ".join(_words(servers[server]))
+        parts.append(f"{server}__{{{words}}}" if server else words)
+    return "; ".join(parts)
+
+
+def search_tool(deferred: Sequence[str]) -> dict[str, Any]:
+    """The tool definition; its description lists every deferred tool so each is one search away."""
+    description = (
+        "Load more tools. These tools exist but their definitions are not loaded yet "
+        f"(a_{{b,c}} stands for a_b, a_c): {listing(deferred)}. Call {SEARCH_TOOL} with a short description of what you need, or with the exact names, "
+        "and the matching tools become callable in your next step."
+    )
+    return {
+        "type": "function",
+        "function": {
+            "name": SEARCH_TOOL,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "what the tool should do"},
+                    "names": {"type": "array", "items": {"type": "string"}, "description": "exact tool names to load"},
+                },
+                "required": ["query"],
+            },
+        },
+    }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    found: tuple[str, ...]
+    content: str  # the tool message's content
+
+
+def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str], max_results: int) -> SearchResult:
+    """Exact names first, then the best lexical matches for the query, from the deferred tools."""
+    try:
+        args = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        args = {}
+    if not isinstance(args, dict):
+        args = {}
+    query = str(args.get("query") or "")
+    names = args.get("names") if isinstance(args.get("names"), list) else []
+    allowed = set(deferred)
+    chosen: list[str] = [n for n in names if isinstance(n, str) and n in allowed][:max_results]
+    if len(chosen) < max_results and query:
+        candidates = [catalog.by_name[n] for n in deferred if n in catalog.by_name]
+        named = [n for n in catalog.names_in(query, max_results) if n in allowed and n not in chosen]
+        chosen += named[: max_results - len(chosen)]
+        ranking = LexicalRanker().rank_now(query, catalog, candidates, max_results)
+        for index in ranking.order:
+            name = catalog.entries[index].name
+            if len(chosen) >= max_results:
+                break
+            if name not in chosen:
+                chosen.append(name)
+    entries: list[ToolEntry] = catalog.entries_for(chosen)
+    payload = {
+        "tools": [
+            {"name": e.name, "description": e.description, "parameters": e.tool.get("function", {}).get("parameters", {})}
+            for e in entries
+        ],
+        "note": "These tools are now loaded; call them directly." if entries else "No matching tools.",
+    }
+    return SearchResult(tuple(e.name for e in entries), orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())

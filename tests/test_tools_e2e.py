@@ -1,0 +1,171 @@
+"""Tool deferral end to end: the openai SDK → Keel (tools on) → the stand-in, real servers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+from conftest import CATALOGS, KEY, ServerThread, keel_config, tenant
+
+from proxy.standin.script import hidden_call
+
+AUTH = {"authorization": f"Bearer {KEY}"}
+
+
+def catalog(name: str = "agent_8servers.json") -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = orjson.loads((CATALOGS / name).read_bytes())["tools"]
+    return tools
+
+
+def tools_tenant(upstream: str, **tools: Any) -> dict[str, Any]:
+    return tenant(upstream, tools={"enabled": True, **tools})
+
+
+@pytest.fixture
+def keel_tools(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> ServerThread:
+    return start_keel(keel_config(tools_tenant(standin.url + "/v1")))
+
+
+def sdk(server: ServerThread) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
+
+
+def last_upstream_body(standin: ServerThread) -> dict[str, Any]:
+    body: dict[str, Any] = standin.app.state.standin.requests[-1]
+    return body
+
+
+def expand(description: str) -> set[str]:
+    """Every name in a tool_search description, braces expanded (a_{b,c} → a_b, a_c)."""
+    listing = description.split("): ", 1)[1].rsplit(". Call", 1)[0]
+    out: set[str] = set()
+    for part in listing.split("; "):
+        server, sep, inner = part.partition("__{")
+        words = inner[:-1] if sep else part
+        prefix = server + "__" if sep else ""
+        for item in re.findall(r"[^,{}\s]+_\{[^}]*\}|[^,{}\s]+", words):
+            if "_{" in item:
+                head, rests = item[:-1].split("_{")
+                out.update(f"{prefix}{head}_{r}" for r in rests.split(","))
+            else:
+                out.add(prefix + item)
+    return out
+
+
+def names(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+def test_targeted_prompt_ships_few_tools(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """A 208-tool request reaches the upstream as a handful of tools plus tool_search."""
+    tools = catalog()
+    r = httpx.post(keel_tools.url + "/v1/chat/completions", headers=AUTH, timeout=30, json={
+        "model": "m", "tools": tools,
+        "messages": [{"role": "user", "content": "Create a new branch called feature-x in my github repo"}]})
+    assert r.status_code == 200
+    sent = last_upstream_body(standin)
+    shipped = names(sent)
+    assert shipped[-1] == "tool_search" and len(shipped) <= 12
+    assert "create_branch" in shipped
+    surfaced, offered = r.headers["x-keel-tools"].split("/")
+    assert int(offered) == len(tools) and int(surfaced) == len(shipped) - 1
+    listed = expand(sent["tools"][-1]["function"]["description"])
+    all_names = {t["function"]["name"] for t in tools}
+    assert all_names - set(shipped) == listed  # invariant 3: every deferred tool is named in tool_search
+
+
+def test_conversational_prompt_ships_almost_nothing(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """A thank-you surfaces no ranked tools, only the cheap ones and tool_search."""
+    sdk(keel_tools).chat.completions.create(model="m", tools=catalog(),  # type: ignore[arg-type]
+                                            messages=[{"role": "user", "content": "thanks, that was really helpful"}])
+    sent = last_upstream_body(standin)
+    big = [t for t in sent["tools"] if t["function"]["name"] != "tool_search"]
+    assert all(len(orjson.dumps(t)) < 300 for t in big)
+    assert len(orjson.dumps(sent["tools"])) < 0.05 * len(orjson.dumps(catalog()))
+
+
+def test_named_tool_is_surfaced(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """A tool named in the message is surfaced even when ranking would not pick it."""
+    sdk(keel_tools).chat.completions.create(model="m", tools=catalog(),  # type: ignore[arg-type]
+                                            messages=[{"role": "user", "content": "thanks! now run merge_pull_request"}])
+    assert "merge_pull_request" in names(last_upstream_body(standin))
+
+
+def test_tool_search_round_trip_non_stream(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """The model searches; Keel answers; the client gets the real tool call and never sees tool_search."""
+    client = sdk(keel_tools)
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "please do it " + hidden_call("convert_time", '{"a":1}')}]
+    reply = client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    calls = reply.choices[0].message.tool_calls
+    assert calls and [c.function.name for c in calls] == ["convert_time"]
+    assert reply.choices[0].finish_reason == "tool_calls"
+    upstream_calls = list(standin.app.state.standin.requests)[-2:]
+    assert names(upstream_calls[1]).count("convert_time") == 1  # surfaced for the continued call
+    assert reply.usage is not None
+    # next turn: the hidden exchange is spliced back byte-identically
+    messages += [reply.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": calls[0].id, "content": "12:00 UTC"}]
+    final = client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    assert final.choices[0].message.content == "The convert_time tool returned: 12:00 UTC"
+    continued, latest = upstream_calls[1]["messages"], last_upstream_body(standin)["messages"]
+    assert orjson.dumps(latest[: len(continued)], option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+        continued, option=orjson.OPT_SORT_KEYS)
+    assert "convert_time" in names(last_upstream_body(standin))  # discovered: stays surfaced
+
+
+def test_tool_search_round_trip_stream(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """Streaming: tool_search deltas are withheld; one id, contiguous indexes, one finish, summed usage."""
+    stream = sdk(keel_tools).chat.completions.create(
+        model="m", tools=catalog(), stream=True, stream_options={"include_usage": True},  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "go " + hidden_call("convert_time", '{"a":1}')}])
+    chunks = list(stream)
+    ids = {c.id for c in chunks}
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert len(ids) == 1 and finishes == ["tool_calls"]
+    assert {d.index for d in deltas} == {0}
+    assert [d.function.name for d in deltas if d.function and d.function.name] == ["convert_time"]
+    assert json.loads("".join(d.function.arguments or "" for d in deltas if d.function)) == {"a": 1}
+    usage = chunks[-1].usage
+    upstream = list(standin.app.state.standin.requests)[-2:]
+    assert usage is not None and usage.prompt_tokens > 0
+    assert len(upstream) == 2 and names(upstream[0])[-1] == "tool_search"
+
+
+def test_mixed_own_call_and_search(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """A response calling the client's tool and tool_search: the client gets its own call only."""
+    tools = catalog()
+    reply = sdk(keel_tools).chat.completions.create(model="m", tools=tools, messages=[  # type: ignore[arg-type]
+        {"role": "user", "content": 'read it [[call read_file {"path":"a"}]] ' + hidden_call("convert_time")}])
+    calls = reply.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["read_file"]
+
+
+def test_300_tool_client_under_openai_limit(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """A client holding 300 tools never sends more than 128 upstream."""
+    tools = catalog("all_tools.json")[:300]
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1")))
+    sdk(keel).chat.completions.create(model="m", tools=tools,  # type: ignore[arg-type]
+                                      messages=[{"role": "user", "content": "list my open pull requests on github"}])
+    assert len(last_upstream_body(standin)["tools"]) <= 128
+
+
+def test_tool_choice_names_deferred_tool(keel_tools: ServerThread, standin: ServerThread) -> None:
+    sdk(keel_tools).chat.completions.create(
+        model="m", tools=catalog(), tool_choice={"type": "function", "function": {"name": "get_me"}},  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "hello"}])
+    assert "get_me" in names(last_upstream_body(standin))
+
+
+def test_small_catalog_left_alone(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """Below min_tools the request goes upstream byte for byte."""
+    body = orjson.dumps({"model": "m", "tools": catalog()[:3], "messages": [{"role": "user", "content": "hi"}]})
+    httpx.post(keel_tools.url + "/v1/chat/completions", content=body, headers=AUTH)
+    assert orjson.dumps(last_upstream_body(standin)) == body
