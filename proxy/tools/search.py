@@ -48,8 +48,8 @@ def search_tool(deferred: Sequence[str]) -> dict[str, Any]:
     """The tool definition; its description lists every deferred tool so each is one search away."""
     description = (
         "Load more tools. These tools exist but their definitions are not loaded yet "
-        f"(a_{{b,c}} stands for a_b, a_c): {listing(deferred)}. Call {SEARCH_TOOL} with a short description of what you need, or with the exact names, "
-        "and the matching tools become callable in your next step."
+        f"(a_{{b,c}} stands for a_b, a_c): {listing(deferred)}. Call {SEARCH_TOOL} with a short description "
+        "of what you need, or with the exact names, and the matching tools become callable in your next step."
     )
     return {
         "type": "function",
