@@ -1,0 +1,33 @@
+"""Test doubles for Keel's seams (plain classes, no patching)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.tools.catalog import Catalog
+from proxy.tools.ranking import Ranking
+
+
+@dataclass
+class FakeRanker:
+    """Ranks the named tools first, in the given order, with fixed needs-tool and confidence."""
+
+    best: Sequence[str] = ()
+    needs_tool: float = 1.0
+    confidence: float | None = 1.0
+    delay: float = 0.0
+    error: Exception | None = None
+    calls: int = 0
+
+    async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error:
+            raise self.error
+        allowed = set(candidates)
+        order = tuple(catalog.by_name[n] for n in self.best if n in catalog.by_name and catalog.by_name[n] in allowed)
+        scores = tuple(10.0 - i for i in range(len(order)))
+        return Ranking(order, scores, self.needs_tool, self.confidence)
