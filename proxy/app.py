@@ -28,7 +28,7 @@ from proxy.stores import Store, open_store
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlanner
-from proxy.tools.ranking import LexicalRanker
+from proxy.tools.rankers import Rankers
 from proxy.tools.responder import ToolSearchResponder
 from proxy.upstream import Upstream, UpstreamResponse, create_upstream
 
@@ -57,8 +57,11 @@ class Keel:
 
     def default_planners(self) -> list[Planner]:
         """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""
-        ranker = LexicalRanker()
-        tools = ToolPlanner(CatalogCache(self.tokens), lambda config: ranker, self.metrics,
+        rankers = Rankers()
+        for tenant in self.config.tenants:
+            if tenant.tools.enabled:
+                rankers.for_config(tenant.tools)  # load models at start, not on a request
+        tools = ToolPlanner(CatalogCache(self.tokens), rankers.for_config, self.metrics,
                             lambda plan: ToolSearchResponder(plan, self.conversations, self.metrics))
         return [tools]
 

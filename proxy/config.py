@@ -118,7 +118,9 @@ DEFAULT_NEEDS_TOOL_QUESTION = "Does answering the user's newest message need any
 
 class SelectConfig(_Model):
     enabled: bool = True
-    backend: Literal["lexical"] = Field("lexical", description="ranking backend (lexical: embedded, no network)")
+    backend: Literal["lexical", "local"] = Field(
+        "lexical", description="lexical: BM25, embedded; local: an ONNX sentence-embedding model fused with BM25")
+    model_dir: str | None = Field(None, description="the local backend's model directory (model.onnx, tokenizer.json)")
     shortlist: int = Field(5, ge=0, description="tools surfaced from the ranking")
     low_confidence_below: float = Field(0.25, ge=0, le=1, description="widen when the top scores are this close")
     low_confidence_extra: int = Field(3, ge=0, description="extra tools surfaced when confidence is low")
@@ -126,6 +128,13 @@ class SelectConfig(_Model):
     max_catalog_tools: int = Field(100, ge=1, description="option ceiling per LLM ranking request")
     timeout_ms: int = Field(250, ge=1, description="deadline for one judgment")
     question: str = Field(DEFAULT_NEEDS_TOOL_QUESTION, description="the yes/no needs-tool question")
+
+
+    @model_validator(mode="after")
+    def _local_needs_model(self) -> SelectConfig:
+        if self.backend == "local" and not self.model_dir:
+            raise ValueError("backend 'local' needs model_dir")
+        return self
 
 
 class SearchConfig(_Model):

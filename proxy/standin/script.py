@@ -5,6 +5,8 @@ Directives (anywhere in the newest user message's text):
                               that is offered (and NAME once the search offered it); else
                               say the tool is unavailable. Several directives: several calls
     [[callx HEX {...}]]       the same, the name hex-encoded (hidden from name matching)
+    [[callq HEX {...}]]       like callx, but tool_search is called with the user's words, as a
+                              model would search, never with the name
     [[error 503]]             answer with that HTTP status and an OpenAI-style error
     [[sleep 1.5]]             wait that many seconds before answering
     [[drip 0.05]]             (streaming) wait that many seconds between content chunks
@@ -24,7 +26,7 @@ import orjson
 
 from proxy.messages import message_text
 
-_DIRECTIVE = re.compile(r"\[\[(callx|call|error|sleep|drip|cut|words)\s*([^\]]*)\]\]")
+_DIRECTIVE = re.compile(r"\[\[(callx|callq|call|error|sleep|drip|cut|words)\s*([^\]]*)\]\]")
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ def plan_answer(body: dict[str, Any]) -> Script:
     directives = _DIRECTIVE.findall(newest)
     found = {kind: arg.strip() for kind, arg in directives}
     wanted = [arg.strip() if kind == "call" else _unhex(arg.strip()) for kind, arg in directives
-              if kind in ("call", "callx")]
+              if kind in ("call", "callx", "callq")]
+    by_words = "callq" in found
     error = int(found["error"]) if found.get("error", "").isdigit() else None
     base = Script(error_status=error, sleep=_seconds(found, "sleep"), drip=_seconds(found, "drip"),
                   cut="cut" in found, directives=found)
@@ -88,7 +91,10 @@ def plan_answer(body: dict[str, Any]) -> Script:
             else:
                 missing.append(name)
         if missing and "tool_search" in offered and "tool_search" not in called:
-            arguments = orjson.dumps({"query": " ".join(missing), "names": missing}).decode()
+            # [[call]] searches by exact name; [[callx]] like a model would: by what the user asked
+            search = {"query": _DIRECTIVE.sub("", newest).strip()} if by_words else {"query": " ".join(missing),
+                                                                                  "names": missing}
+            arguments = orjson.dumps(search).decode()
             calls.append(ToolCall(_call_id(seed, len(calls)), "tool_search", arguments))
         elif missing and not calls:
             return _with(base, text=f"The tool {missing[0]} is not available to me.")
@@ -113,10 +119,11 @@ def _unhex(arg: str) -> str:
         return arg
 
 
-def hidden_call(name: str, arguments: str = "") -> str:
-    """A [[callx]] directive: like [[call]], with the name hex-encoded so that nothing reading
-    the message (Keel's name matching, a ranker) can see which tool it names."""
-    return f"[[callx {name.encode().hex()}{' ' + arguments if arguments else ''}]]"
+def hidden_call(name: str, arguments: str = "", search_by_words: bool = False) -> str:
+    """A [[callx]] (or [[callq]]) directive: like [[call]], with the name hex-encoded so that
+    nothing reading the message (Keel's name matching, a ranker) can see which tool it names."""
+    kind = "callq" if search_by_words else "callx"
+    return f"[[{kind} {name.encode().hex()}{' ' + arguments if arguments else ''}]]"
 
 
 def _seconds(found: dict[str, str], name: str) -> float:

@@ -166,6 +166,7 @@ class ToolSearchResponder:
         data["choices"][0]["message"] = message
         if usage is not None:
             data["usage"] = usage
+        headers["x-keel-tool-search-rounds"] = str(loop.rounds)
         await self._store(request, loop, visible, after, message)
         body = orjson.dumps(data)
         exchange.done(Outcome(200, len(body)))

@@ -1,0 +1,128 @@
+"""The `local` ranker: a small sentence-embedding model in-process, fused with BM25.
+
+all-MiniLM-L6-v2 as int8 ONNX (onnxruntime + tokenizers, the optional `local` extra). Tool
+vectors are computed once per schema, off the request path: until a catalog's vectors are
+ready its turns are ranked lexically, so a new catalog never stalls a request. Scores fuse
+0.2 * BM25/max with 0.8 * min-max-scaled cosine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from proxy.tools.catalog import Catalog, ToolEntry
+from proxy.tools.ranking import LexicalRanker, Ranking, confidence, needs_tool_probability
+
+BM25_WEIGHT = 0.2
+COSINE_WEIGHT = 0.8
+
+
+class LocalEncoder:
+    """Text → L2-normalised mean-pooled vectors with an ONNX sentence-embedding model."""
+
+    def __init__(self, model_dir: str | Path, max_tokens: int = 128) -> None:
+        import numpy as np
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        directory = Path(model_dir)
+        self._np = np
+        self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_tokens)
+        self.tokenizer.enable_padding()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(str(directory / "model.onnx"), options,
+                                                    providers=["CPUExecutionProvider"])
+        self._inputs = {i.name for i in self.session.get_inputs()}
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        np = self._np
+        encodings = self.tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        with self._lock:
+            hidden = self.session.run(None, feed)[0]
+        summed = (hidden * mask[..., None]).sum(axis=1)
+        pooled = summed / np.clip(mask.sum(axis=1, keepdims=True), 1, None)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-9, None)
+
+
+def tool_text(entry: ToolEntry) -> str:
+    return f"{entry.name.replace('_', ' ')}: {entry.description}"
+
+
+class LocalRanker:
+    def __init__(self, encoder: LocalEncoder) -> None:
+        self.encoder = encoder
+        self.lexical = LexicalRanker()
+        self._vectors: dict[str, Any] = {}  # schema hash → vector
+        self._matrices: dict[str, Any] = {}  # catalog key → matrix (rows in catalog order)
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _schema_hash(entry: ToolEntry) -> str:
+        return hashlib.blake2b(tool_text(entry).encode(), digest_size=16).hexdigest()
+
+    def index(self, catalog: Catalog) -> None:
+        """Embed every tool of a catalog not seen before (blocking; run it off the request path)."""
+        np = self.encoder._np
+        missing = [e for e in catalog.entries if self._schema_hash(e) not in self._vectors]
+        for start in range(0, len(missing), 32):
+            batch = missing[start : start + 32]
+            for entry, vector in zip(batch, self.encoder.encode([tool_text(e) for e in batch]), strict=True):
+                self._vectors[self._schema_hash(entry)] = vector
+        matrix = np.stack([self._vectors[self._schema_hash(e)] for e in catalog.entries])
+        with self._lock:
+            self._matrices[catalog.key] = matrix
+            self._pending.discard(catalog.key)
+
+    def ready(self, catalog: Catalog) -> bool:
+        if catalog.key in self._matrices:
+            return True
+        with self._lock:
+            if catalog.key not in self._pending:
+                self._pending.add(catalog.key)
+                threading.Thread(target=self.index, args=(catalog,), daemon=True).start()
+        return False
+
+    async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
+        if not self.ready(catalog):
+            return self.lexical.rank_now(query, catalog, candidates, shortlist)
+        vector = (await asyncio.to_thread(self.encoder.encode, [query]))[0]
+        return self.rank_with(vector, query, catalog, candidates, shortlist)
+
+    def rank_now(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
+        """Synchronous ranking (benchmarks): indexes the catalog first if needed."""
+        if catalog.key not in self._matrices:
+            self.index(catalog)
+        return self.rank_with(self.encoder.encode([query])[0], query, catalog, candidates, shortlist)
+
+    def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
+                  shortlist: int) -> Ranking:
+        np = self.encoder._np
+        if not candidates:
+            return Ranking((), (), needs_tool_probability(0.0, query), None)
+        idx = np.asarray(candidates)
+        cosine = self._matrices[catalog.key][idx] @ vector
+        low, high = float(cosine.min()), float(cosine.max())
+        scaled = (cosine - low) / (high - low) if high > low else np.zeros_like(cosine)
+        bm25 = catalog.index.scores(query)
+        lexical = np.array([bm25.get(int(i), 0.0) for i in idx])
+        top_bm25 = float(lexical.max()) if len(lexical) else 0.0
+        fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
+        order = np.argsort(-fused, kind="stable")
+        scores = tuple(float(fused[i]) for i in order)
+        return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query),
+                       confidence(scores, shortlist))
