@@ -29,14 +29,14 @@ from common import CATALOGS, KEY, SHARED, start_keel, start_standin
 from overhead import table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from proxy.config import parse_config  # noqa: E402
-from proxy.ingress import ChatRequest  # noqa: E402
-from proxy.metrics import Metrics  # noqa: E402
-from proxy.standin.script import hidden_call  # noqa: E402
-from proxy.tokens import TokenCounter  # noqa: E402
-from proxy.tools.catalog import CatalogCache, build_catalog  # noqa: E402
-from proxy.tools.planner import ToolPlan, ToolPlanner  # noqa: E402
-from proxy.tools.ranking import LexicalRanker  # noqa: E402
+from proxy.config import parse_config
+from proxy.ingress import ChatRequest
+from proxy.metrics import Metrics
+from proxy.standin.script import hidden_call
+from proxy.tokens import TokenCounter
+from proxy.tools.catalog import CatalogCache
+from proxy.tools.planner import ToolPlan, ToolPlanner
+from proxy.tools.ranking import LexicalRanker
 
 METATOOL = SHARED / "data" / "eval" / "metatool"
 AGENT_QUERIES = Path(__file__).parent / "data" / "agent_queries.jsonl"
@@ -62,34 +62,73 @@ def parse_report(header: str) -> dict[str, int]:
 
 def seed_table() -> None:
     standin, standin_url = start_standin(rules="openai")
-    keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True}})
     rows = []
+    tools = agent_tools()
     try:
-        tools = agent_tools()
-        for label, prompt in (("targeted", TARGETED), ("conversational", CONVERSATIONAL)):
-            body = {"model": "gpt-4o-mini", "tools": tools, "messages": [{"role": "user", "content": prompt}]}
-            headers = {"authorization": f"Bearer {KEY}"}
-            direct = parse_report(httpx.post(standin_url + "/v1/chat/completions", json=body, timeout=60)
-                                  .headers["x-standin-tools"])
-            via = httpx.post(keel_url + "/v1/chat/completions", json=body, headers=headers, timeout=60)
-            shipped = parse_report(via.headers["x-standin-tools"])
-            rows.append([label, direct["count"], f"{direct['tokens']:,}", shipped["count"], f"{shipped['tokens']:,}",
-                         f"-{100 * (1 - shipped['tokens'] / direct['tokens']):.1f}%", via.headers["x-keel-tools"]])
+        for mode in ("names", "groups"):
+            keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "search": {"listing": mode}}})
+            try:
+                for label, prompt in (("targeted", TARGETED), ("conversational", CONVERSATIONAL)):
+                    body = {"model": "gpt-4o-mini", "tools": tools, "messages": [{"role": "user", "content": prompt}]}
+                    direct = parse_report(httpx.post(standin_url + "/v1/chat/completions", json=body, timeout=60)
+                                          .headers["x-standin-tools"])
+                    via = httpx.post(keel_url + "/v1/chat/completions", json=body, timeout=60,
+                                     headers={"authorization": f"Bearer {KEY}"})
+                    shipped = parse_report(via.headers["x-standin-tools"])
+                    cut = 100 * (1 - shipped["tokens"] / direct["tokens"])
+                    rows.append([label, mode, direct["count"], f"{direct['tokens']:,}", shipped["count"],
+                                 f"{shipped['tokens']:,}", f"-{cut:.1f}%", via.headers["x-keel-tools"]])
+            finally:
+                keel.stop()
     finally:
-        keel.stop()
         standin.stop()
     print(f"\n1. Tool block, everything loaded vs through Keel ({len(tools)} tools, 8 servers; shortlist 5;"
           " tokens by the stand-in, o200k_base; shipped count includes tool_search)")
-    table(["prompt", "loaded tools", "loaded tokens", "shipped tools", "shipped tokens", "cut", "x-keel-tools"], rows)
+    print(f"   targeted: {TARGETED!r}; conversational: {CONVERSATIONAL!r}")
+    table(["prompt", "search.listing", "loaded tools", "loaded tokens", "shipped tools", "shipped tokens", "cut",
+           "x-keel-tools"], rows)
 
 
-def planner_for(select: dict[str, Any] | None = None, defer: dict[str, Any] | None = None) -> tuple[ToolPlanner, Any]:
+MODEL_DIR = SHARED / "data" / "models" / "all-MiniLM-L6-v2-int8"
+
+
+def backends() -> list[str]:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        print("(onnxruntime not installed: the local backend is skipped)")
+        return ["lexical"]
+    return ["lexical", "local"]
+
+
+def select_for(backend: str) -> dict[str, Any]:
+    return {"backend": backend, **({"model_dir": str(MODEL_DIR)} if backend == "local" else {})}
+
+
+def planner_for(ranker: Any, defer: dict[str, Any] | None = None) -> tuple[ToolPlanner, Any]:
     config = parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [{
         "id": "bench", "auth": {"passthrough": True}, "upstream": {"base_url": "http://x"},
-        "tools": {"enabled": True, "select": select or {}, "defer": {"min_tools": 0, **(defer or {})}}}]})
-    ranker = LexicalRanker()
+        "tools": {"enabled": True, "defer": {"min_tools": 0, **(defer or {})}}}]})
     planner = ToolPlanner(CatalogCache(TokenCounter()), lambda c: ranker, Metrics(), lambda plan: plan)
     return planner, config.tenants[0]
+
+
+class Synchronous:
+    """A ranker whose vectors are computed before the first turn (benchmarks measure quality, not warm-up)."""
+
+    def __init__(self, ranker: Any) -> None:
+        self.ranker = ranker
+
+    async def rank(self, query: str, catalog: Any, candidates: Any, shortlist: int) -> Any:
+        return self.ranker.rank_now(query, catalog, candidates, shortlist)
+
+
+def make_ranker(backend: str) -> Any:
+    if backend == "local":
+        from proxy.tools.local import LocalEncoder, LocalRanker
+
+        return LocalRanker(LocalEncoder(MODEL_DIR))
+    return LexicalRanker()
 
 
 async def surfaced(planner: ToolPlanner, tenant: Any, tools: list[dict[str, Any]], query: str) -> ToolPlan | None:
@@ -99,12 +138,11 @@ async def surfaced(planner: ToolPlanner, tenant: Any, tools: list[dict[str, Any]
     return planned.responder if isinstance(planned.responder, ToolPlan) else None
 
 
-async def quality(name: str, tools: list[dict[str, Any]], targeted: list[tuple[str, str]],
-                  needs: list[tuple[str, bool]]) -> list[Any]:
-    catalog = build_catalog(name, tools)
-    ranker = LexicalRanker()
+async def quality(backend: str, ranker: Any, name: str, tools: list[dict[str, Any]],
+                  targeted: list[tuple[str, str]], needs: list[tuple[str, bool]]) -> list[Any]:
+    catalog = CatalogCache(TokenCounter()).get(tools)
     everything = list(range(len(tools)))
-    planner, tenant = planner_for(defer={"schema_chars": 0})
+    planner, tenant = planner_for(Synchronous(ranker), defer={"schema_chars": 0})
     r1 = r5 = mrr = in_surfaced = 0.0
     shown = []
     for query, gold in targeted:
@@ -124,7 +162,7 @@ async def quality(name: str, tools: list[dict[str, Any]], targeted: list[tuple[s
         ranked = plan is not None and plan.outcome == "ranked"
         correct += ranked == needs_tool
     n = len(targeted)
-    return [name, len(tools), n, f"{r1 / n:.3f}", f"{r5 / n:.3f}", f"{mrr / n:.3f}", f"{in_surfaced / n:.3f}",
+    return [backend, name, len(tools), n, f"{r1 / n:.3f}", f"{r5 / n:.3f}", f"{mrr / n:.3f}", f"{in_surfaced / n:.3f}",
             f"{statistics.mean(shown):.1f}", len(needs), f"{correct / len(needs):.3f}"]
 
 
@@ -132,29 +170,38 @@ async def quality_tables() -> None:
     mt_rows = [json.loads(line) for line in (METATOOL / "task2_subtask3_reliability.jsonl").read_text().splitlines()]
     awareness = [json.loads(line) for line in (METATOOL / "task1_awareness.jsonl").read_text().splitlines()]
     agent = [json.loads(line) for line in AGENT_QUERIES.read_text().splitlines()]
-    rows = [
-        await quality("MetaTool", metatool_tools(), [(r["query"], r["tool"]) for r in mt_rows],
-                      [(r["query"], r["label"] == "positive") for r in awareness]),
-        await quality("agent (all targeted)", agent_tools(), [(r["query"], r["tool"]) for r in agent if r["tool"]],
-                      [(r["query"], r["tool"] is not None) for r in agent]),
-        await quality("agent (paraphrases)", agent_tools(),
-                      [(r["query"], r["tool"]) for r in agent if r["kind"] == "paraphrase"],
-                      [(r["query"], r["tool"] is not None) for r in agent]),
-    ]
-    print("\n2. Ranker quality, lexical backend (recall@k of the ranking; 'surfaced' = the gold tool is among the"
+    rows = []
+    for backend in backends():
+        ranker = make_ranker(backend)
+        rows += [
+            await quality(backend, ranker, "MetaTool", metatool_tools(), [(r["query"], r["tool"]) for r in mt_rows],
+                          [(r["query"], r["label"] == "positive") for r in awareness]),
+            await quality(backend, ranker, "agent (all targeted)", agent_tools(),
+                          [(r["query"], r["tool"]) for r in agent if r["tool"]],
+                          [(r["query"], r["tool"] is not None) for r in agent]),
+            await quality(backend, ranker, "agent (paraphrases)", agent_tools(),
+                          [(r["query"], r["tool"]) for r in agent if r["kind"] == "paraphrase"],
+                          [(r["query"], r["tool"] is not None) for r in agent]),
+        ]
+    print("\n2. Ranker quality per backend (recall@k of the ranking; 'surfaced' = the gold tool is among the"
           " tools Keel ships, after naming, gate and widening; gate = needs-tool accuracy)")
-    table(["set", "tools", "queries", "R@1", "R@5", "MRR", "surfaced", "avg shipped", "gate rows", "gate acc"], rows)
+    table(["backend", "set", "tools", "queries", "R@1", "R@5", "MRR", "surfaced", "avg shipped", "gate rows", "gate acc"], rows)
 
 
-def end_to_end(quick: bool) -> None:
+def end_to_end(backend: str) -> list[Any]:
+    """Does the client end up calling the right tool, and after how many tool_search rounds?"""
     standin, standin_url = start_standin(rules="none")
-    keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True}})
+    keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "select": select_for(backend)}})
     agent = [json.loads(line) for line in AGENT_QUERIES.read_text().splitlines()]
     targeted = [r for r in agent if r["tool"]]
     tools = agent_tools()
     outcomes = {"direct": 0, "one search": 0, "more": 0, "wrong or none": 0}
     try:
         client = httpx.Client(timeout=60, headers={"authorization": f"Bearer {KEY}"})
+        if backend == "local":  # the first sight of a catalog starts its embedding in the background
+            client.post(keel_url + "/v1/chat/completions", json={"model": "m", "tools": tools, "messages": [
+                {"role": "user", "content": "warm up"}]})
+            time.sleep(20)
         for row in targeted:
             body = {"model": "m", "tools": tools,
                     "messages": [{"role": "user", "content": row["query"] + " " + hidden_call(row["tool"], search_by_words=True)}]}
@@ -169,10 +216,8 @@ def end_to_end(quick: bool) -> None:
         standin.stop()
     n = len(targeted)
     good = outcomes["direct"] + outcomes["one search"]
-    print(f"\n3. End to end through Keel and the stand-in ({n} targeted queries over {len(tools)} tools;"
-          " the stand-in searches with the user's words, never the tool's name)")
-    table(["right tool, no search", "right tool, one search", "more searches", "wrong or none", "success (≤1 search)"],
-          [[outcomes["direct"], outcomes["one search"], outcomes["more"], outcomes["wrong or none"], f"{good / n:.3f}"]])
+    return [backend, n, outcomes["direct"], outcomes["one search"], outcomes["more"], outcomes["wrong or none"],
+            f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"]
 
 
 def latency(quick: bool) -> None:
@@ -211,5 +256,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     seed_table()
     asyncio.run(quality_tables())
-    end_to_end(args.quick)
+    e2e = [end_to_end(backend) for backend in backends()]
+    print(f"\n3. End to end through Keel and the stand-in (targeted queries over {len(agent_tools())} tools; the"
+          " stand-in searches with the user's words, never the tool's name)")
+    table(["backend", "queries", "right, no search", "right, one search", "more searches", "wrong or none",
+           "share with a round trip", "success (<=1 search)"], e2e)
     latency(args.quick)

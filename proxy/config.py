@@ -140,6 +140,8 @@ class SelectConfig(_Model):
 class SearchConfig(_Model):
     max_results: int = Field(5, ge=1, description="tools one tool_search call returns")
     max_rounds: int = Field(3, ge=0, description="tool_search rounds Keel answers inside one client turn")
+    listing: Literal["names", "groups"] = Field(
+        "names", description="tool_search lists every deferred name, or only name families with counts (shorter)")
 
 
 class PriceConfig(_Model):

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy.tools.catalog import Catalog, ToolEntry
-from proxy.tools.ranking import LexicalRanker, Ranking, confidence, needs_tool_probability
+from proxy.tools.gate import needs_tool_probability
+from proxy.tools.ranking import LexicalRanker, Ranking, confidence
 
 BM25_WEIGHT = 0.2
 COSINE_WEIGHT = 0.8

@@ -87,7 +87,8 @@ class ToolPlanner:
         if not deferred:
             return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
         plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(tools), outcome)
-        rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced] + [search_tool(deferred)]
+        rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
+        rendered.append(search_tool(deferred, cfg.search.listing))
         body = {**request.body, "tools": rendered, "messages": messages}
         planned = request.with_body(body, responder=self.responder_for(plan))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(tools)}"})

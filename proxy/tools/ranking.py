@@ -2,34 +2,18 @@
 
 `Ranker` is the seam: the embedded `LexicalRanker` (BM25) needs no network and no model.
 A ranking carries the raw top score, because a raw score separates "needs a tool" from
-"needs none" far better than a normalised one, and the needs-tool probability combines it
-with the conversational shape of the message (thanks, greetings, acknowledgements).
+"needs none" far better than a normalised one; `gate` turns it, with the shape of the
+message, into the needs-tool probability.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from proxy.tools.catalog import Catalog
-
-_CONVERSATIONAL = re.compile(
-    r"^\s*(?:(?:ok(?:ay)?|k|cool|great|nice|perfect|awesome|thanks?(?: you)?|thank you(?: so much| very much)?|thx|ty|"
-    r"cheers|got it|sounds good|sure|yes|yep|yeah|no|nope|hi|hello|hey|good (?:morning|evening|night|afternoon)|"
-    r"bye|goodbye|see you|lol|haha|wow|that(?:'s| is| was) (?:\w+ )?(?:great|helpful|perfect|awesome|useful|nice|it)|"
-    r"(?:that|this) (?:was|is) (?:really |very |super )?(?:helpful|useful|great|good)|"
-    r"you(?:'re| are) (?:the best|great|awesome)|never ?mind|all good|no worries|np)"
-    r"[\s,.!?:;)(-]*)+$",
-    re.IGNORECASE,
-)
-
-# Logistic calibration of the raw BM25 top score into P(needs a tool); fitted on MetaTool's
-# awareness set (see bench/tools.py, which reports the gate's accuracy).
-NEEDS_TOOL_MIDPOINT = 6.0
-NEEDS_TOOL_SCALE = 1.5
+from proxy.tools.gate import needs_tool_probability
 
 
 @dataclass(frozen=True)
@@ -46,17 +30,6 @@ class Ranking:
 
 class Ranker(Protocol):
     async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking: ...
-
-
-def conversational(text: str) -> bool:
-    """Thanks, greetings, acknowledgements: turns that need no tool whatever they share in words."""
-    return bool(_CONVERSATIONAL.match(text)) or not text.strip()
-
-
-def needs_tool_probability(top_score: float, text: str) -> float:
-    if conversational(text):
-        return 0.0
-    return 1 / (1 + math.exp(-(top_score - NEEDS_TOOL_MIDPOINT) / NEEDS_TOOL_SCALE))
 
 
 def confidence(scores: Sequence[float], shortlist: int) -> float | None:

@@ -81,7 +81,7 @@ class Loop:
         catalog = self.plan.catalog
         tools = [catalog.entries[catalog.by_name[n]].tool for n in sorted(self.surfaced)]
         if self.deferred:
-            tools.append(search_tool(self.deferred))
+            tools.append(search_tool(self.deferred, self.config.search.listing))
         self.body["tools"] = tools
         return results
 

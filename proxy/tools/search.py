@@ -31,24 +31,36 @@ def _words(names: Sequence[str]) -> list[str]:
     return out
 
 
-def listing(names: Sequence[str]) -> str:
-    """Every name, compactly: grouped by server prefix (`github__`) and by first word."""
+def _groups(names: Sequence[str]) -> list[str]:
+    """`create_{...}` → `create_* (6)`: the families only, each with its size."""
+    out = []
+    for item in _words(names):
+        head, brace, rest = item.partition("_{")
+        out.append(f"{head}_* ({rest.count(',') + 1})" if brace else item)
+    return out
+
+
+def listing(names: Sequence[str], mode: str = "names") -> str:
+    """Every name, compactly: grouped by server prefix (`github__`) and by first word;
+    in `groups` mode only the families and their sizes (far shorter, one search further)."""
+    words = _groups if mode == "groups" else _words
     servers: dict[str, list[str]] = defaultdict(list)
     for name in names:
         server, sep, rest = name.partition("__")
         servers[server if sep else ""].append(rest if sep else name)
     parts = []
     for server in sorted(servers):
-        words = ", ".join(_words(servers[server]))
-        parts.append(f"{server}__{{{words}}}" if server else words)
+        listed = ", ".join(words(servers[server]))
+        parts.append(f"{server}__{{{listed}}}" if server else listed)
     return "; ".join(parts)
 
 
-def search_tool(deferred: Sequence[str]) -> dict[str, Any]:
+def search_tool(deferred: Sequence[str], mode: str = "names") -> dict[str, Any]:
     """The tool definition; its description lists every deferred tool so each is one search away."""
+    legend = "a_{b,c} stands for a_b, a_c" if mode == "names" else "a_* (n) stands for n tools named a_…"
     description = (
         "Load more tools. These tools exist but their definitions are not loaded yet "
-        f"(a_{{b,c}} stands for a_b, a_c): {listing(deferred)}. Call {SEARCH_TOOL} with a short description "
+        f"({legend}): {listing(deferred, mode)}. Call {SEARCH_TOOL} with a short description "
         "of what you need, or with the exact names, and the matching tools become callable in your next step."
     )
     return {

@@ -1,0 +1,79 @@
+"""Fit the embedded needs-tool gate's weights (proxy/tools/gate.py: WEIGHTS).
+
+    python bench/fit_gate.py
+
+Logistic regression (numpy, L2) over `gate.features` on MetaTool's awareness set (1,040
+rows) and Keel's labelled agent queries (weighted 3x: they are the tool catalogs Keel
+serves). It first fits on one half of each and prints accuracy on the other half, then fits
+on everything and prints the weights to paste into gate.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+from common import CATALOGS, SHARED
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from proxy.tools.catalog import build_catalog
+from proxy.tools.gate import features
+from proxy.tools.ranking import LexicalRanker
+
+METATOOL = SHARED / "data" / "eval" / "metatool"
+
+
+def rows() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ranker = LexicalRanker()
+    descriptions = json.loads((METATOOL / "plugin_des.json").read_text())
+    mt = build_catalog("metatool", [{"type": "function", "function": {"name": n, "description": d}}
+                                    for n, d in descriptions.items()])
+    agent = build_catalog("agent", orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"])
+
+    def featurize(query: str, catalog: object) -> list[float]:
+        ranking = ranker.rank_now(query, catalog, range(len(catalog.entries)), 5)  # type: ignore[attr-defined]
+        return features(query, ranking.top_score)
+
+    awareness = [json.loads(line) for line in (METATOOL / "task1_awareness.jsonl").read_text().splitlines()]
+    queries = [json.loads(line) for line in (Path(__file__).parent / "data" / "agent_queries.jsonl").read_text()
+               .splitlines()]
+    x_mt = np.array([featurize(r["query"], mt) for r in awareness])
+    y_mt = np.array([r["label"] == "positive" for r in awareness], float)
+    x_ag = np.array([featurize(r["query"], agent) for r in queries])
+    y_ag = np.array([r["tool"] is not None for r in queries], float)
+    return x_mt, y_mt, x_ag, y_ag
+
+
+def fit(x: np.ndarray, y: np.ndarray, l2: float = 0.01, steps: int = 3000, rate: float = 0.5) -> np.ndarray:
+    w = np.zeros(x.shape[1])
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-x @ w))
+        w -= rate * (x.T @ (p - y) / len(y) + l2 * np.r_[0, w[1:]])
+    return w
+
+
+def accuracy(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    return float((((x @ w) > 0) == (y > 0.5)).mean())
+
+
+def main() -> None:
+    x_mt, y_mt, x_ag, y_ag = rows()
+    mt_idx, ag_idx = list(range(len(y_mt))), list(range(len(y_ag)))
+    random.Random(0).shuffle(mt_idx)
+    random.Random(0).shuffle(ag_idx)
+    mt_a, mt_b = mt_idx[: len(mt_idx) // 2], mt_idx[len(mt_idx) // 2 :]
+    ag_a, ag_b = ag_idx[: len(ag_idx) // 2], ag_idx[len(ag_idx) // 2 :]
+    w = fit(np.concatenate([x_mt[mt_a], *[x_ag[ag_a]] * 3]), np.concatenate([y_mt[mt_a], *[y_ag[ag_a]] * 3]))
+    print(f"held-out accuracy: MetaTool awareness {accuracy(x_mt[mt_b], y_mt[mt_b], w):.3f} "
+          f"({len(mt_b)} rows), agent queries {accuracy(x_ag[ag_b], y_ag[ag_b], w):.3f} ({len(ag_b)} rows)")
+    w = fit(np.concatenate([x_mt, *[x_ag] * 3]), np.concatenate([y_mt, *[y_ag] * 3]))
+    print(f"fitted on everything: MetaTool {accuracy(x_mt, y_mt, w):.3f}, agent {accuracy(x_ag, y_ag, w):.3f}")
+    print("WEIGHTS = (" + ", ".join(f"{v:.3f}" for v in w) + ")")
+
+
+if __name__ == "__main__":
+    main()
