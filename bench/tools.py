@@ -109,7 +109,7 @@ def planner_for(ranker: Any, defer: dict[str, Any] | None = None) -> tuple[ToolP
     config = parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [{
         "id": "bench", "auth": {"passthrough": True}, "upstream": {"base_url": "http://x"},
         "tools": {"enabled": True, "defer": {"min_tools": 0, **(defer or {})}}}]})
-    planner = ToolPlanner(CatalogCache(TokenCounter()), lambda c: ranker, Metrics(), lambda plan: plan)
+    planner = ToolPlanner(CatalogCache(TokenCounter()), lambda c: ranker, Metrics(), lambda plan, ranker: plan)
     return planner, config.tenants[0]
 
 

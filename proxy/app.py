@@ -62,7 +62,7 @@ class Keel:
             if tenant.tools.enabled:
                 rankers.for_config(tenant.tools)  # load models at start, not on a request
         tools = ToolPlanner(CatalogCache(self.tokens), rankers.for_config, self.metrics,
-                            lambda plan: ToolSearchResponder(plan, self.conversations, self.metrics))
+                            lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics))
         return [tools]
 
     async def read_body(self, request: Request) -> bytes:

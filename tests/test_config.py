@@ -67,9 +67,11 @@ def test_example_config_loads() -> None:
 def test_example_documents_every_key() -> None:
     """Every field of the schema appears in config.example.yaml."""
     text = (ROOT / "config.example.yaml").read_text()
-    from proxy.config import KeelConfig, ServerConfig, StoreConfig, TenantConfig, TimeoutsConfig, UpstreamConfig
+    from proxy import config as c
 
-    for model in (KeelConfig, ServerConfig, StoreConfig, TenantConfig, TimeoutsConfig, UpstreamConfig):
+    models = (c.KeelConfig, c.ServerConfig, c.StoreConfig, c.TenantConfig, c.TimeoutsConfig, c.UpstreamConfig,
+              c.ToolsConfig, c.DeferConfig, c.SelectConfig, c.SearchConfig, c.PriceConfig)
+    for model in models:
         for name in model.model_fields:
             assert f"{name}:" in text, f"{model.__name__}.{name} is not documented"
 

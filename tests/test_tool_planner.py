@@ -34,7 +34,7 @@ def request(text: str, *, history: list[dict[str, Any]] | None = None, tools_cfg
 
 def planner(ranker: FakeRanker) -> tuple[ToolPlanner, Metrics]:
     metrics = Metrics()
-    return ToolPlanner(CatalogCache(TokenCounter()), lambda cfg: ranker, metrics, lambda plan: plan), metrics
+    return ToolPlanner(CatalogCache(TokenCounter()), lambda cfg: ranker, metrics, lambda plan, ranker: plan), metrics
 
 
 async def plan(text: str, ranker: FakeRanker | None = None, **kw: Any) -> ToolPlan:

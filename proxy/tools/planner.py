@@ -50,7 +50,7 @@ class ToolPlanner:
     name = "tools"
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[ToolsConfig], Ranker], metrics: Metrics,
-                 responder_for: Callable[[ToolPlan], Any]) -> None:
+                 responder_for: Callable[[ToolPlan, Ranker], Any]) -> None:
         self.catalogs = catalogs
         self.ranker_for = ranker_for
         self.metrics = metrics
@@ -90,7 +90,7 @@ class ToolPlanner:
         rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
         rendered.append(search_tool(deferred, cfg.search.listing))
         body = {**request.body, "tools": rendered, "messages": messages}
-        planned = request.with_body(body, responder=self.responder_for(plan))
+        planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(cfg)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(tools)}"})
 
     def _pinned(self, request: ChatRequest, catalog: Catalog, query: str, messages: Sequence[dict[str, Any]],

@@ -29,6 +29,7 @@ from proxy.relay import Outcome, client_headers, relay
 from proxy.sse import Event, EventParser, encode_event
 from proxy.stores import StoreError
 from proxy.tools.planner import ToolPlan
+from proxy.tools.ranking import Ranker
 from proxy.tools.search import SEARCH_TOOL, answer_search, search_tool
 from proxy.upstream import UpstreamResponse, header
 
@@ -65,12 +66,12 @@ class Loop:
     found: list[str] = field(default_factory=list)
     rounds: int = 0
 
-    def answer(self, searches: list[Message]) -> list[Message]:
+    async def answer(self, searches: list[Message], ranker: Ranker) -> list[Message]:
         """Tool results for these search calls; their tools are surfaced for the next call."""
         results = []
         for call in searches:
-            result = answer_search(call["function"].get("arguments", ""), self.plan.catalog, self.deferred,
-                                   self.config.search.max_results)
+            result = await answer_search(call["function"].get("arguments", ""), self.plan.catalog, self.deferred,
+                                         self.config.search.max_results, ranker)
             for name in result.found:
                 if name in self.deferred:
                     self.deferred.remove(name)
@@ -98,8 +99,9 @@ def is_search(call: Any) -> bool:
 
 
 class ToolSearchResponder:
-    def __init__(self, plan: ToolPlan, conversations: Conversations, metrics: Metrics) -> None:
+    def __init__(self, plan: ToolPlan, ranker: Ranker, conversations: Conversations, metrics: Metrics) -> None:
         self.plan = plan
+        self.ranker = ranker
         self.conversations = conversations
         self.metrics = metrics
 
@@ -152,7 +154,7 @@ class ToolSearchResponder:
                 visible = message
                 break
             self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
-            results = loop.answer(searches)
+            results = await loop.answer(searches, self.ranker)
             own = [c for c in calls if not is_search(c)]
             if own or not loop.can_continue():
                 visible, after = message, results
@@ -188,7 +190,7 @@ class ToolSearchResponder:
                 if not searches:
                     break
                 self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
-                results = loop.answer(searches)
+                results = await loop.answer(searches, self.ranker)
                 assistant = state.assistant_message()
                 if state.own_calls or not loop.can_continue():
                     await self._store(request, loop, assistant, results, state.shown_message())

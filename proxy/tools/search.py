@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from proxy.tools.catalog import Catalog, ToolEntry
-from proxy.tools.ranking import LexicalRanker
+from proxy.tools.ranking import Ranker
 
 SEARCH_TOOL = "tool_search"
 
@@ -86,8 +86,9 @@ class SearchResult:
     content: str  # the tool message's content
 
 
-def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str], max_results: int) -> SearchResult:
-    """Exact names first, then the best lexical matches for the query, from the deferred tools."""
+async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str], max_results: int,
+                        ranker: Ranker) -> SearchResult:
+    """Exact names first, then names in the query, then the ranker's best matches, from the deferred tools."""
     try:
         args = orjson.loads(arguments or "{}")
     except orjson.JSONDecodeError:
@@ -102,7 +103,7 @@ def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str], max
         candidates = [catalog.by_name[n] for n in deferred if n in catalog.by_name]
         named = [n for n in catalog.names_in(query, max_results) if n in allowed and n not in chosen]
         chosen += named[: max_results - len(chosen)]
-        ranking = LexicalRanker().rank_now(query, catalog, candidates, max_results)
+        ranking = await ranker.rank(query, catalog, candidates, max_results)
         for index in ranking.order:
             name = catalog.entries[index].name
             if len(chosen) >= max_results:

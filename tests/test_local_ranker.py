@@ -1,0 +1,81 @@
+"""The local backend: a real int8 ONNX sentence-embedding model (../shared/data/models), fused with BM25."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from conftest import CATALOGS, KEY, SHARED, ServerThread, keel_config, tenant
+
+from proxy.tools.catalog import build_catalog
+
+pytest.importorskip("onnxruntime", reason="the optional 'local' extra is part of the dev install")
+from proxy.tools.local import LocalEncoder, LocalRanker
+
+MODEL_DIR = SHARED / "data" / "models" / "all-MiniLM-L6-v2-int8"
+
+
+@pytest.fixture(scope="module")
+def encoder() -> LocalEncoder:
+    return LocalEncoder(MODEL_DIR)
+
+
+def tools() -> list[dict[str, Any]]:
+    all_tools: list[dict[str, Any]] = orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"]
+    wanted = {"maps_directions", "maps_geocode", "slack_post_message", "read_file", "write_file", "create_branch",
+              "get_current_time", "fetch", "list_issues", "search_code", "merge_pull_request", "convert_time"}
+    return [t for t in all_tools if t["function"]["name"] in wanted]
+
+
+def test_vectors_are_normalised(encoder: LocalEncoder) -> None:
+    vectors = encoder.encode(["hello world", "a much longer sentence about tools and ranking"])
+    norms = (vectors**2).sum(axis=1)
+    assert vectors.shape == (2, 384) and abs(norms[0] - 1) < 1e-4 and abs(norms[1] - 1) < 1e-4
+
+
+def test_paraphrase_found_where_no_word_is_shared(encoder: LocalEncoder) -> None:
+    """A query sharing no word with the tool's name or description still ranks it first."""
+    catalog = build_catalog("t", tools())
+    ranker = LocalRanker(encoder)
+    ranking = ranker.rank_now("How do I drive from Munich to Salzburg?", catalog, range(len(catalog.entries)), 5)
+    assert catalog.entries[ranking.order[0]].name == "maps_directions"
+    ranking = ranker.rank_now("tell the team in chat that we shipped", catalog, range(len(catalog.entries)), 5)
+    assert catalog.entries[ranking.order[0]].name == "slack_post_message"
+
+
+async def test_unindexed_catalog_ranks_lexically_meanwhile(encoder: LocalEncoder) -> None:
+    """The first sight of a catalog never waits for its vectors: it is ranked by BM25 meanwhile."""
+    catalog = build_catalog("fresh", tools())
+    ranker = LocalRanker(encoder)
+    started = time.perf_counter()
+    first = await ranker.rank("read the file notes.txt", catalog, range(len(catalog.entries)), 5)
+    assert time.perf_counter() - started < 0.1
+    assert catalog.entries[first.order[0]].name == "read_file"
+    for _ in range(200):
+        if ranker.ready(catalog):
+            break
+        time.sleep(0.05)
+    assert ranker.ready(catalog)
+
+
+def test_local_backend_through_http(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """With backend local, a paraphrase surfaces the right tool once the catalog is indexed."""
+    cfg = {"enabled": True, "defer": {"min_tools": 5}, "select": {"backend": "local", "model_dir": str(MODEL_DIR),
+                                                                   "timeout_ms": 2000,
+                                                                   "needs_tool_threshold": 0.0}}
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools=cfg)))
+    body = {"model": "m", "tools": tools(), "messages": [{"role": "user", "content": "How do I drive to Salzburg?"}]}
+    headers = {"authorization": f"Bearer {KEY}"}
+    deadline = time.monotonic() + 30
+    while True:
+        httpx.post(keel.url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+        sent = standin.app.state.standin.requests[-1]
+        names = [t["function"]["name"] for t in sent["tools"]]
+        if "maps_directions" in names or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert "maps_directions" in names and names[-1] == "tool_search"
