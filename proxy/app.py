@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.config import KeelConfig
+from proxy.context.cache import CachePlanner
+from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
 from proxy.errors import BodyTooLargeError, ProxyError, error_body
 from proxy.ingress import Authenticator, Caller, parse_chat, request_id
@@ -62,8 +64,10 @@ class Keel:
             if tenant.tools.enabled:
                 rankers.for_config(tenant.tools)  # load models at start, not on a request
         tools = ToolPlanner(CatalogCache(self.tokens), rankers.for_config, self.metrics,
-                            lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics))
-        return [tools]
+                            lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics),
+                            self.store, self.config.store.conversation_ttl_seconds)
+        # Tools first (it splices hidden exchanges by the client's indexes), then context, then cache hints.
+        return [tools, ContextPlanner(self.conversations), CachePlanner()]
 
     async def read_body(self, request: Request) -> bytes:
         limit = self.config.server.body_limit_bytes

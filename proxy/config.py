@@ -11,6 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -156,15 +157,31 @@ class ToolsConfig(_Model):
     defer: DeferConfig = DeferConfig()
     select: SelectConfig = SelectConfig()
     search: SearchConfig = SearchConfig()
-    stability: Literal["per_turn"] = Field("per_turn", description="how the surfaced set may change in a segment")
+    stability: Literal["per_turn", "segment"] = Field(
+        "per_turn", description="per_turn: chosen fresh each turn; segment: the block chosen at the segment's "
+        "start stays, tools needed later are appended once")
     pricing: dict[str, PriceConfig] = Field(default_factory=lambda: {"default": PriceConfig()},
                                             description="judgment prices per model; 'default' for the rest")
 
 
 class ContextConfig(_Model):
-    """Frozen system prompt and context updates (filled in by the context issue)."""
+    """Frozen system prompt per segment; changes delivered as <context_update> blocks."""
 
     stable: bool = False
+    timezone: str = Field("UTC", description="IANA zone for the local date (a request may send X-Keel-Timezone)")
+    date: bool = Field(True, description="add the local date to the anchor and announce a new date once")
+    message_timestamps: bool = Field(False, description="add the send time to each new user message's update")
+    system_timestamps: Literal["pin"] = Field("pin", description="timestamps in the system prompt: pinned to the "
+                                              "segment start (a changed time alone is not a change)")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, zone: str) -> str:
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {zone!r}") from None
+        return zone
 
 
 class MemoryConfig(_Model):
@@ -174,9 +191,13 @@ class MemoryConfig(_Model):
 
 
 class CacheConfig(_Model):
-    """Provider prompt-cache hints (filled in by the context issue)."""
+    """Provider prompt-cache hints."""
 
-    breakpoints: Literal["off", "auto"] = "off"
+    breakpoints: Literal["off", "auto"] = Field("off", description="place cache_control where the upstream takes it")
+    ttl: Literal["5m", "1h"] | None = Field(None, description="cache_control ttl where the upstream offers a choice")
+    prompt_cache_key: Literal["off", "auto"] = Field(
+        "off", description="auto: derive one per conversation segment for OpenAI-kind upstreams when none is sent")
+    min_tokens: int = Field(1024, ge=0, description="no breakpoint on a prefix shorter than this (estimated)")
 
 
 class TenantConfig(_Model):
@@ -197,7 +218,8 @@ class TenantConfig(_Model):
 
     @property
     def features_on(self) -> bool:
-        return self.tools.enabled or self.context.stable or self.memory.enabled or self.cache.breakpoints != "off"
+        cache = self.cache.breakpoints != "off" or self.cache.prompt_cache_key != "off"
+        return self.tools.enabled or self.context.stable or self.memory.enabled or cache
 
 
 class KeelConfig(_Model):

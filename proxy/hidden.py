@@ -73,9 +73,10 @@ def splice(messages: Sequence[Message], records: Sequence[TurnRecord]) -> list[M
     return out
 
 
-def found_tools(records: Sequence[TurnRecord]) -> set[str]:
-    names: set[str] = set()
+def found_tools(records: Sequence[TurnRecord]) -> list[str]:
+    """Tools that Keel's searches surfaced along the chain, in the order they were found."""
+    names: list[str] = []
     for record in records:
         for exchange in record.hidden_exchanges:
-            names.update(exchange.get("found", ()))
+            names += [n for n in exchange.get("found", ()) if n not in names]
     return names

@@ -80,9 +80,11 @@ class ChatRequest:
     body: dict[str, Any]
     headers: Mapping[str, str]
     request_id: str
+    client_messages: tuple[dict[str, Any], ...] = ()  # the client's own message objects, as parsed
     location: Location | None = None  # where the turn sits in its conversation (features on only)
     responder: Responder | None = None  # set by a planner that must see the response (tool_search)
     response_headers: Mapping[str, str] = field(default_factory=dict)
+    record_fields: Mapping[str, Any] = field(default_factory=dict)  # for the newest turn record, written once
 
     @property
     def stream(self) -> bool:
@@ -113,6 +115,10 @@ class ChatRequest:
 
     def with_body(self, body: dict[str, Any], **changes: Any) -> ChatRequest:
         return replace(self, body=body, **changes)
+
+    def with_record(self, **fields: Any) -> ChatRequest:
+        """Fields for the newest user message's turn record (the pipeline writes it once)."""
+        return replace(self, record_fields={**self.record_fields, **fields})
 
     def with_headers(self, **headers: str) -> ChatRequest:
         return replace(self, response_headers={**self.response_headers, **headers})
@@ -145,4 +151,4 @@ def parse_chat(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str)
         raise BadRequestError("'messages' must be a list of message objects", param="messages")
     if not all(isinstance(m, dict) for m in messages):
         raise BadRequestError("every entry of 'messages' must be an object", param="messages")
-    return ChatRequest(caller.tenant, raw, body, headers, rid)
+    return ChatRequest(caller.tenant, raw, body, headers, rid, tuple(messages))

@@ -25,12 +25,17 @@ def newest_user_text(messages: Sequence[Message]) -> str:
     return ""
 
 
-def called_tools(messages: Sequence[Message]) -> set[str]:
-    """Names of every tool an assistant message in the history called."""
-    names = set()
+def called_in_order(messages: Sequence[Message]) -> list[str]:
+    """Names of the tools assistant messages in the history called, first call first."""
+    names: list[str] = []
     for message in messages:
         for call in message.get("tool_calls") or []:
             fn = call.get("function") if isinstance(call, dict) else None
-            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-                names.add(fn["name"])
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"] not in names:
+                names.append(fn["name"])
     return names
+
+
+def called_tools(messages: Sequence[Message]) -> set[str]:
+    """Names of every tool an assistant message in the history called."""
+    return set(called_in_order(messages))

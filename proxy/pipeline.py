@@ -15,7 +15,7 @@ from typing import Protocol
 from starlette.responses import Response
 
 from proxy.chain import build_chain
-from proxy.conversations import Conversations
+from proxy.conversations import Conversations, TurnKind
 from proxy.ingress import ChatRequest
 from proxy.metrics import Metrics
 from proxy.relay import Outcome
@@ -71,7 +71,20 @@ class Pipeline:
                     extra={"planner": planner.name, "tenant": request.tenant.id, "request_id": request.request_id},
                 )
                 self.metrics.planner_failures.labels(request.tenant.id, planner.name).inc()
+        await self._record(request)
         return request
+
+    async def _record(self, request: ChatRequest) -> None:
+        """Write the newest turn's record with what the planners decided (never on a regeneration)."""
+        location = request.location
+        if location is None or not request.record_fields or location.kind not in (TurnKind.NEW, TurnKind.CONTINUED):
+            return
+        try:
+            record = self.conversations.new_record(location, **request.record_fields)
+            await self.conversations.write_turn(location.chain, record)
+        except StoreError:
+            log.warning("turn_record_not_stored", extra={"tenant": request.tenant.id, "request_id": request.request_id})
+            self.metrics.planner_failures.labels(request.tenant.id, "record").inc()
 
     async def _locate(self, request: ChatRequest) -> ChatRequest:
         """Find the turn in its conversation once, for every planner; a store failure only

@@ -18,11 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy.config import ToolsConfig
+from proxy.conversations import TurnKind
 from proxy.hidden import found_tools, splice
 from proxy.ingress import ChatRequest
-from proxy.messages import called_tools, newest_user_text
+from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
+from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache
 from proxy.tools.ranking import Ranker, Ranking
 from proxy.tools.search import SEARCH_TOOL, search_tool
@@ -46,11 +50,24 @@ def _valid_tools(tools: Any) -> bool:
     )
 
 
+class _NoStore:
+    """Without a store, segment stability cannot freeze anything: every turn plans afresh."""
+
+    async def get(self, key: str) -> bytes | None:
+        return None
+
+    async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
+        return False
+
+
 class ToolPlanner:
     name = "tools"
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[ToolsConfig], Ranker], metrics: Metrics,
-                 responder_for: Callable[[ToolPlan, Ranker], Any]) -> None:
+                 responder_for: Callable[[ToolPlan, Ranker], Any], store: Store | None = None,
+                 ttl: float = 30 * 24 * 3600) -> None:
+        self.store: Store = store if store is not None else _NoStore()
+        self.ttl = ttl
         self.catalogs = catalogs
         self.ranker_for = ranker_for
         self.metrics = metrics
@@ -71,34 +88,97 @@ class ToolPlanner:
         messages = splice(request.messages, records)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
+        if cfg.stability == "segment" and request.location is not None:
+            frozen = await self._frozen(request, catalog)
+            if frozen is not None:
+                return self._segment(request, catalog, messages, pinned, frozen)
+        surfaced, deferred, outcome = await self._select(request, catalog, query, pinned)
+        self._count(request, catalog, surfaced, deferred)
+        if not deferred:
+            return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
+        rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
+        rendered.append(search_tool(deferred, cfg.search.listing))
+        if cfg.stability == "segment" and request.location is not None:
+            frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
+            stored = await self._freeze(request, frozen)
+            if stored is not frozen:  # another replica froze this segment first: use its block
+                return self._segment(request, catalog, messages, pinned, stored)
+        return self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
+
+    def _planned(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
+                 rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
+                 outcome: str) -> ChatRequest:
+        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome)
+        body = {**request.body, "tools": rendered, "messages": messages}
+        planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(request.tenant.tools)))
+        return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
+
+    async def _select(self, request: ChatRequest, catalog: Catalog, query: str,
+                      pinned: set[str]) -> tuple[list[str], list[str], str]:
+        select = request.tenant.tools.select
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
         ranking, outcome = await self._rank(request, catalog, query, candidates)
         selected: list[str] = []
-        if ranking is not None and ranking.needs_tool >= cfg.select.needs_tool_threshold:
-            width = cfg.select.shortlist
-            if ranking.confidence is None or ranking.confidence < cfg.select.low_confidence_below:
-                width += cfg.select.low_confidence_extra
+        if ranking is not None and ranking.needs_tool >= select.needs_tool_threshold:
+            width = select.shortlist
+            if ranking.confidence is None or ranking.confidence < select.low_confidence_below:
+                width += select.low_confidence_extra
             selected = [catalog.entries[i].name for i in ranking.order[:width]]
         elif ranking is not None:
             outcome = "no_tool_needed"
         surfaced = sorted(pinned | set(selected))
         deferred = sorted(e.name for e in catalog.entries if e.name not in pinned and e.name not in selected)
+        return surfaced, deferred, outcome
+
+    # Segment stability: the block chosen at the segment's start stays; tools needed later are
+    # appended once, in the order they were first needed, never reordered or removed.
+
+    def _frozen_key(self, request: ChatRequest) -> str:
+        assert request.location is not None
+        return key(request.location.chain.seed, "toolblock", request.location.segment)
+
+    async def _frozen(self, request: ChatRequest, catalog: Catalog) -> dict[str, Any] | None:
+        if request.location is None or (request.location.kind is TurnKind.NEW and not request.location.records):
+            return None
+        raw = await self.store.get(self._frozen_key(request))
+        frozen = orjson.loads(raw) if raw else None
+        return frozen if frozen and frozen.get("catalog") == catalog.key else None
+
+    async def _freeze(self, request: ChatRequest, frozen: dict[str, Any]) -> dict[str, Any]:
+        if await self.store.set_if_absent(self._frozen_key(request), orjson.dumps(frozen), self.ttl):
+            return frozen
+        raw = await self.store.get(self._frozen_key(request))
+        return orjson.loads(raw) if raw else frozen
+
+    def _segment(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
+                 frozen: dict[str, Any]) -> ChatRequest:
+        assert request.location is not None
+        newest = request.location.chain.newest_user
+        earlier = [r for r in request.location.records if newest is None or r.chain_hash != newest.hash]
+        appended: list[str] = next((list(r.tool_block) for r in reversed(earlier) if r.tool_block is not None), [])
+        base = set(frozen["surfaced"]) | set(appended)
+        appended += [n for n in self._ordered(pinned, messages, request) if n not in base]
+        rendered = [*frozen["block"], *(catalog.entries[catalog.by_name[n]].tool for n in appended)]
+        surfaced = [*frozen["surfaced"], *appended]
+        deferred = [n for n in frozen["deferred"] if n not in set(appended)]
         self._count(request, catalog, surfaced, deferred)
-        if not deferred:
-            return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
-        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(tools), outcome)
-        rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
-        rendered.append(search_tool(deferred, cfg.search.listing))
-        body = {**request.body, "tools": rendered, "messages": messages}
-        planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(cfg)))
-        return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(tools)}"})
+        planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, "segment")
+        return planned.with_record(tool_block=appended)
+
+    @staticmethod
+    def _ordered(pinned: set[str], messages: Sequence[dict[str, Any]], request: ChatRequest) -> list[str]:
+        """Pinned tools in the order they were first needed: history first, then the rest by name."""
+        order = [n for n in called_in_order(messages) if n in pinned]
+        records = request.location.records if request.location else ()
+        order += [n for n in found_tools(records) if n in pinned and n not in order]
+        return order + sorted(pinned - set(order))
 
     def _pinned(self, request: ChatRequest, catalog: Catalog, query: str, messages: Sequence[dict[str, Any]],
-                found: set[str]) -> set[str]:
+                found: Sequence[str]) -> set[str]:
         cfg = request.tenant.tools
         pinned = set(catalog.names_in(query, cfg.select.shortlist))
         pinned |= {n for n in catalog.by_name if any(fnmatch.fnmatchcase(n, g) for g in cfg.defer.always)}
-        pinned |= (called_tools(messages) | found) & catalog.by_name.keys()
+        pinned |= (called_tools(messages) | set(found)) & catalog.by_name.keys()
         choice = request.body.get("tool_choice")
         if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
             name = choice["function"].get("name")

@@ -30,7 +30,7 @@ from proxy.sse import Event, EventParser, encode_event
 from proxy.stores import StoreError
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
-from proxy.tools.search import SEARCH_TOOL, answer_search, search_tool
+from proxy.tools.search import SEARCH_TOOL, answer_search
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.tools")
@@ -79,11 +79,11 @@ class Loop:
                     self.found.append(name)
             results.append({"role": "tool", "tool_call_id": call["id"], "content": result.content})
         self.rounds += 1
+        # Found tools go at the end: the block before them stays as it was (its cache too).
         catalog = self.plan.catalog
-        tools = [catalog.entries[catalog.by_name[n]].tool for n in sorted(self.surfaced)]
-        if self.deferred:
-            tools.append(search_tool(self.deferred, self.config.search.listing))
-        self.body["tools"] = tools
+        shipped = {t["function"]["name"] for t in self.body.get("tools") or []}
+        new = [catalog.entries[catalog.by_name[n]].tool for n in self.found if n not in shipped]
+        self.body["tools"] = [*(self.body.get("tools") or []), *new]
         return results
 
     def continue_with(self, assistant: Message, results: list[Message]) -> None:

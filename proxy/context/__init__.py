@@ -1,0 +1,1 @@
+"""Warm prompt caches: freeze the system prompt per segment, deliver change as context updates."""

@@ -1,0 +1,110 @@
+"""The cache planner: tell the provider where the stable prefix ends.
+
+Anthropic-style upstreams (`anthropic-compatible`, `openrouter` with a Claude model) cache
+only at `cache_control` breakpoints: at most 4 per request, each read looking back at most
+20 blocks. Keel places them where its frozen prefix ends: after the tools, after the system
+prompt, at the end of the previous turn, and at the end of this one (written now, read on
+the next turn), skipping any whose prefix is shorter than the model's minimum. OpenAI-kind
+upstreams cache automatically; Keel adds a `prompt_cache_key` per conversation segment so
+that requests of one conversation land on the same cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from proxy.ingress import ChatRequest
+
+MAX_BREAKPOINTS = 4
+
+
+def takes_cache_control(request: ChatRequest) -> bool:
+    kind = request.tenant.upstream.kind
+    model = str(request.body.get("model", "")).lower()
+    return kind == "anthropic-compatible" or (kind == "openrouter" and ("claude" in model or "anthropic" in model))
+
+
+def _has_cache_control(body: dict[str, Any]) -> bool:
+    if any(isinstance(t, dict) and "cache_control" in t for t in body.get("tools") or []):
+        return True
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and "cache_control" in p for p in content):
+            return True
+    return False
+
+
+def _marked_message(message: dict[str, Any], marker: dict[str, Any]) -> dict[str, Any] | None:
+    """The message with a breakpoint on its last text part, or None if it has no text."""
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        return {**message, "content": [{"type": "text", "text": content, "cache_control": marker}]}
+    if isinstance(content, list) and content and isinstance(content[-1], dict):
+        return {**message, "content": [*content[:-1], {**content[-1], "cache_control": marker}]}
+    return None
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_chars(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_chars(v) for v in value)
+    return 0
+
+
+class CachePlanner:
+    name = "cache"
+
+    def applies(self, request: ChatRequest) -> bool:
+        cache = request.tenant.cache
+        return cache.breakpoints == "auto" or cache.prompt_cache_key == "auto"
+
+    async def plan(self, request: ChatRequest) -> ChatRequest:
+        cache = request.tenant.cache
+        body = request.body
+        if (cache.prompt_cache_key == "auto" and request.tenant.upstream.kind == "openai"
+                and "prompt_cache_key" not in body and request.location and request.location.segment):
+            digest = hashlib.sha256(f"{request.tenant.id}:{request.location.segment}".encode()).hexdigest()
+            body = {**body, "prompt_cache_key": "keel-" + digest[:32]}
+        if cache.breakpoints == "auto" and takes_cache_control(request) and not _has_cache_control(body):
+            body = self._breakpoints(body, request)
+        return request if body is request.body else request.with_body(body)
+
+    def _breakpoints(self, body: dict[str, Any], request: ChatRequest) -> dict[str, Any]:
+        cache = request.tenant.cache
+        marker: dict[str, Any] = {"type": "ephemeral", **({"ttl": cache.ttl} if cache.ttl else {})}
+        min_chars = cache.min_tokens * 4  # ~4 characters per token, on the safe side of the minimum
+        tools = list(body.get("tools") or [])
+        messages = list(body["messages"])
+        placed = 0
+        prefix = _chars(tools)
+        if tools and prefix >= min_chars:
+            tools[-1] = {**tools[-1], "cache_control": marker}
+            placed += 1
+        # Candidate ends of the stable prefix: the system prompt, the previous turn, this turn.
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        candidates = []
+        systems = [i for i, m in enumerate(messages) if m.get("role") in ("system", "developer")]
+        if systems:
+            candidates.append(systems[-1])
+        if len(users) >= 2:
+            candidates.append(users[-1] - 1)
+        candidates.append(len(messages) - 1)
+        running = prefix
+        ends = {}
+        for i, message in enumerate(messages):
+            running += _chars(message.get("content"))
+            ends[i] = running
+        for index in sorted(set(candidates)):
+            if placed >= MAX_BREAKPOINTS or ends.get(index, 0) < min_chars:
+                continue
+            for j in range(index, -1, -1):  # the nearest message at or before it that has text
+                marked = _marked_message(messages[j], marker)
+                if marked is not None:
+                    messages[j] = marked
+                    placed += 1
+                    break
+        return {**body, "tools": tools, "messages": messages} if tools else {**body, "messages": messages}

@@ -1,0 +1,118 @@
+"""The context planner: freeze the front of the prompt per segment, put change at the tail.
+
+At a segment's first turn the system prompt (the client's, plus Keel's date) is frozen as
+the segment anchor. Every later request of the segment sends the anchor's bytes as its
+system message. Each new user message gets the net difference between what the model
+knows along the chain and what the context says now, stored on its turn record and
+rendered as a `<context_update>` block at the start of its content; earlier user messages
+are re-rendered with their stored blocks, byte for byte. A regeneration renders what its
+turn stored and writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from proxy.context.update import State, diff, sample, with_update
+from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
+from proxy.ingress import ChatRequest
+from proxy.messages import message_text
+
+log = logging.getLogger("keel.context")
+CONTEXT_ROLES = ("system", "developer")
+
+
+def _zone(request: ChatRequest) -> ZoneInfo:
+    for name in (request.headers.get("x-keel-timezone"), request.tenant.context.timezone):
+        if name:
+            try:
+                return ZoneInfo(name)
+            except (ZoneInfoNotFoundError, ValueError):
+                continue
+    return ZoneInfo("UTC")
+
+
+def anchor_system(client_system: str, date: str | None) -> str:
+    """The frozen system prompt: the client's, then Keel's own context (the local date)."""
+    keel = f"<keel_context>\nCurrent date: {date}\n</keel_context>" if date else ""
+    return "\n\n".join(part for part in (client_system, keel) if part)
+
+
+def known_state(location: Location, anchor: SegmentAnchor) -> State:
+    """What the model knows before the newest user message: the last stored state along the chain."""
+    newest = location.chain.newest_user
+    earlier = [r for r in location.records if newest is None or r.chain_hash != newest.hash]
+    for record in reversed(earlier):
+        if record.context_state:
+            return record.context_state
+    return anchor.context_state
+
+
+class ContextPlanner:
+    name = "context"
+
+    def __init__(self, conversations: Conversations, clock: Callable[[], float] = time.time) -> None:
+        self.conversations = conversations
+        self.clock = clock
+
+    def applies(self, request: ChatRequest) -> bool:
+        return request.tenant.context.stable
+
+    async def plan(self, request: ChatRequest) -> ChatRequest:
+        location = request.location
+        if location is None or location.kind is TurnKind.NONE:
+            return request
+        cfg = request.tenant.context
+        now = datetime.fromtimestamp(self.clock(), _zone(request))
+        date = now.strftime("%Y-%m-%d (%A)") if cfg.date else None
+        messages = request.body["messages"]
+        systems = [m for m in messages if m.get("role") in CONTEXT_ROLES]
+        client_system = "\n\n".join(message_text(m) for m in systems)
+        current = sample(client_system, date)
+        anchor = await self._anchor(location, client_system, date, current, now.timestamp())
+
+        updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
+        newest = location.chain.newest_user
+        fields: dict[str, Any] = {}
+        if location.kind is not TurnKind.REGENERATED and newest is not None:  # a regeneration renders what it stored
+            sent_at = now.strftime("%Y-%m-%d %H:%M %Z") if cfg.message_timestamps else None
+            update = diff(known_state(location, anchor), current, sent_at)
+            if update:
+                updates[newest.hash] = update
+            fields = {"context_update": update, "context_state": current}
+        rendered = self._render(request, messages, anchor, updates, systems[0]["role"] if systems else "system")
+        return request.with_body({**request.body, "messages": rendered}).with_record(**fields)
+
+    async def _anchor(self, location: Location, client_system: str, date: str | None, state: State,
+                      created: float) -> SegmentAnchor:
+        if location.records or location.kind is not TurnKind.NEW:
+            stored = await self.conversations.read_anchor(location.chain, location.segment)
+            if stored is not None:
+                return stored
+            log.info("anchor_lost", extra={"segment": location.segment})
+        anchor = SegmentAnchor(location.segment, location.conversation, anchor_system(client_system, date), state,
+                               None, created)
+        if await self.conversations.write_anchor(location.chain, anchor):
+            return anchor
+        return await self.conversations.read_anchor(location.chain, location.segment) or anchor
+
+    def _render(self, request: ChatRequest, messages: list[dict[str, Any]], anchor: SegmentAnchor,
+                updates: dict[str, str], role: str) -> list[dict[str, Any]]:
+        assert request.location is not None
+        by_object = {}
+        for link in request.location.chain.user_links:
+            update = updates.get(link.hash)
+            if update and link.index < len(request.client_messages):
+                by_object[id(request.client_messages[link.index])] = update
+        rendered: list[dict[str, Any]] = [{"role": role, "content": anchor.system}] if anchor.system else []
+        for message in messages:
+            if message.get("role") in CONTEXT_ROLES:
+                continue
+            update = by_object.get(id(message))
+            rendered.append(with_update(message, update) if update else message)
+        return rendered

@@ -1,0 +1,163 @@
+"""Invariant 2: within a segment, each request Keel renders begins with the previous one's tools,
+system prompt and messages, byte for byte, whatever the client changes in its system prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import httpx
+import orjson
+from conftest import CATALOGS, KEY, ServerThread, keel_config, tenant
+
+from proxy.standin.script import hidden_call
+
+Body = dict[str, Any]
+
+
+def canon(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def catalog() -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"]
+    return tools
+
+
+def assert_prefix(before: Body, after: Body) -> None:
+    """`after` begins with `before`: same tools (extended at most at the end), same messages so far."""
+    old_tools, new_tools = before.get("tools", []), after.get("tools", [])
+    assert [canon(t) for t in new_tools[: len(old_tools)]] == [canon(t) for t in old_tools], "tool block changed"
+    old, new = before["messages"], after["messages"]
+    assert len(new) >= len(old)
+    for i, (a, b) in enumerate(zip(old, new, strict=False)):
+        assert canon(a) == canon(b), f"message {i} changed: {canon(a)[:200]!r} -> {canon(b)[:200]!r}"
+
+
+class Chat:
+    """A client that resends the whole history, with a system prompt that changes under it."""
+
+    def __init__(self, standin: ServerThread, keel: ServerThread) -> None:
+        self.standin, self.keel = standin, keel
+        self.sections: dict[str, str] = {
+            "clock": "Current time: 2026-11-30 10:00:01",
+            "rules": "You are a helpful assistant for the ACME team.",
+            "memory": "<memory>\nThe user likes tea.\n</memory>",
+        }
+        self.history: list[Body] = []
+        self.headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "alice"}
+
+    def system(self) -> str:
+        return "\n\n".join(self.sections.values())
+
+    def upstream(self) -> list[Body]:
+        return list(self.standin.app.state.standin.requests)
+
+    def send(self, text: str | None, *, keep: bool = True) -> tuple[Body, list[Body]]:
+        """One client turn (None: resend the history as it is, a regeneration)."""
+        if text is not None:
+            self.history.append({"role": "user", "content": text})
+        before = len(self.upstream())
+        body = {"model": "m", "tools": catalog(), "messages": [{"role": "system", "content": self.system()},
+                                                                  *self.history]}
+        reply = httpx.post(self.keel.url + "/v1/chat/completions", json=body, headers=self.headers, timeout=30)
+        assert reply.status_code == 200, reply.text
+        message = reply.json()["choices"][0]["message"]
+        if keep:
+            self.history.append({k: v for k, v in message.items() if v is not None and k != "refusal"})
+            for call in message.get("tool_calls") or []:
+                self.history.append({"role": "tool", "tool_call_id": call["id"], "content": "done"})
+        return reply.json(), self.upstream()[before:]
+
+
+def other_date_zone() -> str:
+    """A time zone whose local date differs from UTC's right now (one of these two always does)."""
+    now = datetime.now(UTC)
+    for zone in ("Etc/GMT+12", "Pacific/Kiritimati"):
+        if now.astimezone(ZoneInfo(zone)).date() != now.date():
+            return zone
+    raise AssertionError("unreachable: UTC-12 and UTC+14 cannot both share UTC's date")
+
+
+def start(standin: ServerThread, start_keel: Callable[..., ServerThread], db: Path) -> ServerThread:
+    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "segment"},
+                                context={"stable": True}), store={"url": f"sqlite:///{db}"})
+    return start_keel(config)
+
+
+def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
+                                                       start_keel: Callable[..., ServerThread],
+                                                       tmp_path: Path) -> None:
+    """Clock ticks, memory change, toggles, retrieved context, date rollover, tool discovery,
+    regeneration, an edit, a restart and a second process: every request extends the last."""
+    keel = start(standin, start_keel, tmp_path / "keel.db")
+    chat = Chat(standin, keel)
+    _, sent = chat.send("hello, can you help me with my repo?")
+    last = sent[-1]
+    system = last["messages"][0]
+
+    def turn(text: str | None, **kw: Any) -> list[Body]:
+        nonlocal last
+        _, calls = chat.send(text, **kw)
+        assert_prefix(last, calls[0])
+        for a, b in zip(calls, calls[1:], strict=False):  # a tool_search continuation extends its own call
+            assert_prefix(a, b)
+        assert canon(calls[0]["messages"][0]) == canon(system), "system prompt changed within the segment"
+        last = calls[-1]
+        return calls
+
+    chat.sections["clock"] = "Current time: 2026-11-30 10:00:47"  # a clock line with seconds
+    turn("what can you do?")
+    chat.sections["beta"] = "## Beta features\nUse the v2 API."  # toggled on
+    calls = turn("ok, use the new API")
+    assert '<context_update>' in calls[0]["messages"][-1]["content"]
+    assert 'Added section "## Beta features"' in calls[0]["messages"][-1]["content"]
+    chat.sections["memory"] = "<memory>\nThe user likes coffee now.\n</memory>"  # memory changes
+    del chat.sections["beta"]  # toggled off
+    calls = turn("noted")
+    update = calls[0]["messages"][-1]["content"]
+    assert 'Changed section "<memory>"' in update and "coffee" in update and 'Removed section "## Beta' in update
+    chat.sections["beta"] = "## Beta features\nUse the v2 API."  # on again
+    chat.sections["retrieved"] = "<retrieved>\nDoc A: the deploy runbook.\n</retrieved>"  # per-turn retrieval
+    turn("how do we deploy?")
+    chat.sections["retrieved"] = "<retrieved>\nDoc B: the rollback runbook.\n</retrieved>"
+    chat.headers["x-keel-timezone"] = other_date_zone()  # the user's local date rolls over
+    calls = turn("and roll back?")
+    assert "The current date is now" in calls[0]["messages"][-1]["content"]
+    calls = turn("please do it " + hidden_call("convert_time"))  # a tool discovered mid-conversation
+    assert len(calls) == 2 and calls[0]["tools"][-1]["function"]["name"] == "tool_search"
+    turn(None)  # the tool result goes back: the hidden search exchange is spliced in place
+
+    regenerated_from = list(chat.history)
+    calls = turn("summarize what we did")
+    first = calls[0]
+    chat.history = regenerated_from + [{"role": "user", "content": "summarize what we did"}]
+    _, again = chat.send(None)
+    assert canon(again[0]) == canon(first), "a regeneration renders the same bytes"
+    last = again[-1]
+
+    chat.history = regenerated_from + [{"role": "user", "content": "summarize it in one line"}]  # an edit
+    _, edited = chat.send(None)
+    shared = len(regenerated_from) + 1  # system + history before the edited message
+    assert [canon(m) for m in edited[0]["messages"][:shared]] == [canon(m) for m in first["messages"][:shared]]
+    last = edited[-1]
+
+    keel.__exit__()  # a restart with the store kept
+    keel = start(standin, start_keel, tmp_path / "keel.db")
+    chat.keel = keel
+    turn("are you still there?")
+    other = start(standin, start_keel, tmp_path / "keel.db")  # a second process on the same store
+    chat.keel = other
+    turn("one more question")
+
+
+def test_context_off_changes_nothing(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """With context.stable off the system prompt and messages go upstream as the client sent them."""
+    keel = start_keel(keel_config(tenant(standin.url + "/v1")))
+    body = {"model": "m", "messages": [{"role": "system", "content": "Now: 10:00:01"}, {"role": "user", "content": "x"}]}
+    raw = orjson.dumps(body)
+    httpx.post(keel.url + "/v1/chat/completions", content=raw, headers={"authorization": f"Bearer {KEY}"})
+    assert orjson.dumps(standin.app.state.standin.requests[-1]) == raw
