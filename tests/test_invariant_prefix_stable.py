@@ -3,6 +3,7 @@ system prompt and messages, byte for byte, whatever the client changes in its sy
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,7 +104,7 @@ def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
         nonlocal last
         _, calls = chat.send(text, **kw)
         assert_prefix(last, calls[0])
-        for a, b in zip(calls, calls[1:], strict=False):  # a tool_search continuation extends its own call
+        for a, b in itertools.pairwise(calls):  # a tool_search continuation extends its own call
             assert_prefix(a, b)
         assert canon(calls[0]["messages"][0]) == canon(system), "system prompt changed within the segment"
         last = calls[-1]
@@ -134,12 +135,12 @@ def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
     regenerated_from = list(chat.history)
     calls = turn("summarize what we did")
     first = calls[0]
-    chat.history = regenerated_from + [{"role": "user", "content": "summarize what we did"}]
+    chat.history = [*regenerated_from, {"role": "user", "content": "summarize what we did"}]
     _, again = chat.send(None)
     assert canon(again[0]) == canon(first), "a regeneration renders the same bytes"
     last = again[-1]
 
-    chat.history = regenerated_from + [{"role": "user", "content": "summarize it in one line"}]  # an edit
+    chat.history = [*regenerated_from, {"role": "user", "content": "summarize it in one line"}]  # an edit
     _, edited = chat.send(None)
     shared = len(regenerated_from) + 1  # system + history before the edited message
     assert [canon(m) for m in edited[0]["messages"][:shared]] == [canon(m) for m in first["messages"][:shared]]
