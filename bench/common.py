@@ -67,11 +67,11 @@ def start_standin(rules: str = "openai") -> tuple[Proc, str]:
 
 
 def start_keel(upstream: str, tenant_extra: dict[str, Any] | None = None,
-               server: dict[str, Any] | None = None) -> tuple[Proc, str, Path]:
+               server: dict[str, Any] | None = None, kind: str = "openai") -> tuple[Proc, str, Path]:
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
     tenant: dict[str, Any] = {"id": "bench", "auth": {"keys": [f"sha256:{hashlib.sha256(KEY.encode()).hexdigest()}"]},
-                              "upstream": {"base_url": upstream + "/v1"}}
+                              "upstream": {"base_url": upstream + "/v1", "kind": kind}}
     tenant.update(tenant_extra or {})
     config = {"server": {"port": port, **(server or {})}, "store": {"url": f"sqlite:///{tmp}/keel.db"}, "tenants": [tenant]}
     (tmp / "keel.yaml").write_text(yaml.safe_dump(config))

@@ -41,6 +41,7 @@ class CacheUsage:
     prompt_tokens: int
     cached_tokens: int  # read from cache
     cache_write_tokens: int  # written to cache (Anthropic rules only)
+    ceiling_tokens: int = 0  # the longest prefix, in whole blocks, that any earlier request already sent
 
 
 def _strip(value: Any) -> Any:
@@ -80,6 +81,23 @@ class PrefixCache:
         self.anthropic_min_tokens = anthropic_min_tokens
         self._openai: set[bytes] = set()
         self._anthropic: set[bytes] = set()
+        self._sent: set[bytes] = set()  # every block prefix ever sent, for the ceiling
+
+    def ceiling(self, blocks: Sequence[Block]) -> int:
+        """Tokens of the longest block prefix already sent (what a perfect cache would serve)."""
+        h = hashlib.blake2b(digest_size=16)
+        running = best = 0
+        digests = []
+        for block in blocks:
+            h.update(block.text.encode())
+            h.update(b"\x00")
+            running += len(self.tokens.encode(block.text))
+            digest = h.copy().digest()
+            digests.append(digest)
+            if digest in self._sent:
+                best = running
+        self._sent.update(digests)
+        return best
 
     def openai(self, blocks: Sequence[Block]) -> CacheUsage:
         ids = array("I")
