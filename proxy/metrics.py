@@ -42,6 +42,12 @@ class Metrics:
                                           registry=r)
         self.judgment_failures = Counter("keel_judgment_failures", "Judgments that failed or timed out",
                                          ["tenant", "judgment"], registry=r)
+        self.prompt_tokens = Counter("keel_prompt_tokens", "Prompt tokens the upstream reported", ["tenant"],
+                                     registry=r)
+        self.cached_tokens = Counter("keel_cached_tokens", "Prompt tokens served from the provider's cache",
+                                     ["tenant"], registry=r)
+        self.cache_write_tokens = Counter("keel_cache_write_tokens", "Prompt tokens written to the provider's cache",
+                                          ["tenant"], registry=r)
         self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
 
     def observe_request(self, tenant: str, route: str, status: int, seconds: float, bytes_in: int,
@@ -58,6 +64,19 @@ class Metrics:
         latency.observe(seconds)
         b_in.inc(bytes_in)
         b_out.inc(bytes_out)
+
+    def observe_usage(self, tenant: str, usage: Any) -> dict[str, str]:
+        """Count an upstream usage object; the `x-keel-cache: cached/prompt` header for it."""
+        if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+            return {}
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
+        cached = cached or usage.get("cache_read_input_tokens", 0) or 0
+        writes = usage.get("cache_creation_input_tokens", 0) or 0
+        self.prompt_tokens.labels(tenant).inc(usage["prompt_tokens"])
+        self.cached_tokens.labels(tenant).inc(cached)
+        self.cache_write_tokens.labels(tenant).inc(writes)
+        return {"x-keel-cache": f"{cached}/{usage['prompt_tokens']}"}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

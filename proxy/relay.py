@@ -66,7 +66,9 @@ async def relay(
     request_id: str,
     on_done: Callable[[Outcome], None],
     extra_headers: Mapping[str, str] | None = None,
+    on_body: Callable[[bytes], Mapping[str, str]] | None = None,
 ) -> Response:
+    """`on_body` may look at a whole (non-streamed) body and add response headers."""
     headers = client_headers(response, request_id)
     if extra_headers:
         headers.update(extra_headers)
@@ -74,6 +76,8 @@ async def relay(
     if not _streams(response):
         body = await response.read()
         outcome.bytes_out = len(body)
+        if on_body is not None and response.status == 200:
+            headers.update(on_body(body))
         on_done(outcome)
         return Response(body, status_code=response.status, headers=headers)
     outcome.streamed = True

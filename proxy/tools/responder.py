@@ -149,6 +149,7 @@ class ToolSearchResponder:
             searches = [c for c in calls if is_search(c)]
             if not searches:
                 if loop.rounds == 0:  # nothing for Keel to do: the upstream's bytes as they were
+                    headers.update(self.metrics.observe_usage(request.tenant.id, usage))
                     exchange.done(Outcome(upstream.status, len(raw)))
                     return Response(raw, status_code=upstream.status, headers=headers)
                 visible = message
@@ -169,6 +170,7 @@ class ToolSearchResponder:
         if usage is not None:
             data["usage"] = usage
         headers["x-keel-tool-search-rounds"] = str(loop.rounds)
+        headers.update(self.metrics.observe_usage(request.tenant.id, usage))
         await self._store(request, loop, visible, after, message)
         body = orjson.dumps(data)
         exchange.done(Outcome(200, len(body)))
