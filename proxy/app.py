@@ -132,6 +132,8 @@ class Keel:
             if not chat:
                 return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
             parsed = parse_chat(raw, caller, request.headers, rid)
+            if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
+                log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
             planned = await self.pipeline.run(parsed)
             if planned.responder is not None:
                 return await planned.responder.respond(planned, Exchange(send, rid, done))

@@ -25,7 +25,7 @@ QUICKSTART_KEY = "keel-local"
 def uvicorn_config(app: Any, host: str, port: int, server: ServerConfig, **extra: Any) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=server.shutdown_grace_seconds, timeout_keep_alive=30, **extra,
+        timeout_graceful_shutdown=round(server.shutdown_grace_seconds), timeout_keep_alive=30, **extra,
     )
 
 
@@ -87,7 +87,7 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
     if workers > 1:
         os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
         uvicorn.run("proxy.server:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_config=None, access_log=False, timeout_graceful_shutdown=server.shutdown_grace_seconds)
+                    log_config=None, access_log=False, timeout_graceful_shutdown=round(server.shutdown_grace_seconds))
         return
     uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
 

@@ -83,7 +83,8 @@ def plan_answer(body: dict[str, Any]) -> Script:
     seed = f"{len(messages)}:{newest}"
     pending = [w for w in wanted if w.partition(" ")[0] not in called]
     if pending and (last.get("role") != "tool" or any(w.partition(" ")[0] in offered for w in pending)):
-        calls, missing = [], []
+        calls: list[ToolCall] = []
+        missing: list[str] = []
         for want in pending:
             name, _, args = want.partition(" ")
             if name in offered:

@@ -42,9 +42,9 @@ class LexicalIndex:
         for word, docs_tf in postings.items():
             idf = math.log(1 + (self.size - len(docs_tf) + 0.5) / (len(docs_tf) + 0.5))
             weighted = []
-            for doc, tf in docs_tf.items():
+            for doc, frequency in docs_tf.items():
                 norm = K1 * (1 - B + B * lengths[doc] / average)
-                weighted.append((doc, idf * tf * (K1 + 1) / (tf + norm)))
+                weighted.append((doc, idf * frequency * (K1 + 1) / (frequency + norm)))
             self._postings[word] = weighted
 
     def scores(self, query: str) -> dict[int, float]:

@@ -66,7 +66,7 @@ class ToolPlanner:
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[ToolsConfig], Ranker], metrics: Metrics,
                  responder_for: Callable[[ToolPlan, Ranker], Any], store: Store | None = None,
                  ttl: float = 30 * 24 * 3600) -> None:
-        self.store: Store = store if store is not None else _NoStore()
+        self.store: Store | _NoStore = store if store is not None else _NoStore()
         self.ttl = ttl
         self.catalogs = catalogs
         self.ranker_for = ranker_for
@@ -79,7 +79,9 @@ class ToolPlanner:
     async def plan(self, request: ChatRequest) -> ChatRequest:
         cfg = request.tenant.tools
         tools = request.body.get("tools")
-        if not cfg.defer.enabled or not _valid_tools(tools) or len(tools) < cfg.defer.min_tools:
+        if not cfg.defer.enabled or not isinstance(tools, list) or not _valid_tools(tools):
+            return request
+        if len(tools) < cfg.defer.min_tools:
             return request
         if any(t["function"]["name"] == SEARCH_TOOL for t in tools):
             return request  # the client has its own tool_search: leave its tools alone

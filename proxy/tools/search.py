@@ -96,7 +96,8 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
     if not isinstance(args, dict):
         args = {}
     query = str(args.get("query") or "")
-    names = args.get("names") if isinstance(args.get("names"), list) else []
+    given = args.get("names")
+    names: list[Any] = given if isinstance(given, list) else []
     allowed = set(deferred)
     chosen: list[str] = [n for n in names if isinstance(n, str) and n in allowed][:max_results]
     if len(chosen) < max_results and query:
