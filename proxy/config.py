@@ -157,9 +157,10 @@ class ToolsConfig(_Model):
     defer: DeferConfig = DeferConfig()
     select: SelectConfig = SelectConfig()
     search: SearchConfig = SearchConfig()
-    stability: Literal["per_turn", "segment"] = Field(
+    stability: Literal["per_turn", "segment", "dispatch"] = Field(
         "per_turn", description="per_turn: chosen fresh each turn; segment: the block chosen at the segment's "
-        "start stays, tools needed later are appended once")
+        "start stays, tools needed later are appended once; dispatch: the block never changes, later tools are "
+        "called through call_tool")
     pricing: dict[str, PriceConfig] = Field(default_factory=lambda: {"default": PriceConfig()},
                                             description="judgment prices per model; 'default' for the rest")
 

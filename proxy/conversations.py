@@ -9,6 +9,7 @@ segment.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -31,6 +32,7 @@ class TurnRecord:
     context_state: dict[str, Any] = field(default_factory=dict)
     tool_block: list[Any] | None = None
     hidden_exchanges: list[Any] = field(default_factory=list)
+    dispatched: dict[str, Any] = field(default_factory=dict)  # call id → the generic call the model made
     created_at: float = 0.0
 
     def to_bytes(self) -> bytes:
@@ -130,17 +132,29 @@ class Conversations:
     async def write_turn(self, chain: Chain, record: TurnRecord) -> None:
         await self.store.set(self._turn_key(chain, record.chain_hash), record.to_bytes(), self.ttl)
 
-    async def add_hidden_exchange(self, location: Location, exchange: dict[str, Any]) -> None:
-        """Append an exchange to the newest user message's record (created if missing)."""
+    async def update_turn(self, location: Location, change: Callable[[TurnRecord], TurnRecord | None]) -> None:
+        """Read the newest user message's record (created if missing), change it, write it back."""
         newest = location.chain.newest_user
         if newest is None:
             return
         raw = await self.store.get(self._turn_key(location.chain, newest.hash))
-        record = TurnRecord.from_bytes(raw) if raw else self.new_record(location)
-        if any(x.get("answer") == exchange.get("answer") for x in record.hidden_exchanges):
-            return
-        updated = replace(record, hidden_exchanges=[*record.hidden_exchanges, exchange])
-        await self.write_turn(location.chain, updated)
+        updated = change(TurnRecord.from_bytes(raw) if raw else self.new_record(location))
+        if updated is not None:
+            await self.write_turn(location.chain, updated)
+
+    async def add_hidden_exchange(self, location: Location, exchange: dict[str, Any]) -> None:
+        """Append an exchange to the newest user message's record (once per answer)."""
+
+        def change(record: TurnRecord) -> TurnRecord | None:
+            if any(x.get("answer") == exchange.get("answer") for x in record.hidden_exchanges):
+                return None
+            return replace(record, hidden_exchanges=[*record.hidden_exchanges, exchange])
+
+        await self.update_turn(location, change)
+
+    async def add_dispatched(self, location: Location, calls: dict[str, Any]) -> None:
+        """Remember the generic calls behind real calls the client got (dispatch stability)."""
+        await self.update_turn(location, lambda record: replace(record, dispatched={**record.dispatched, **calls}))
 
     async def write_anchor(self, chain: Chain, anchor: SegmentAnchor) -> bool:
         """Store a segment's anchor once; the first writer wins so replicas agree."""

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import orjson
+import pytest
 from conftest import CATALOGS, KEY, ServerThread, keel_config, tenant
 
 from proxy.standin.script import hidden_call
@@ -83,22 +84,26 @@ def other_date_zone() -> str:
     raise AssertionError("unreachable: UTC-12 and UTC+14 cannot both share UTC's date")
 
 
-def start(standin: ServerThread, start_keel: Callable[..., ServerThread], db: Path) -> ServerThread:
-    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "segment"},
+def start(standin: ServerThread, start_keel: Callable[..., ServerThread], db: Path,
+          stability: str = "segment") -> ServerThread:
+    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": stability},
                                 context={"stable": True}), store={"url": f"sqlite:///{db}"})
     return start_keel(config)
 
 
+@pytest.mark.parametrize("stability", ["segment", "dispatch"])
 def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
                                                        start_keel: Callable[..., ServerThread],
-                                                       tmp_path: Path) -> None:
+                                                       tmp_path: Path, stability: str) -> None:
     """Clock ticks, memory change, toggles, retrieved context, date rollover, tool discovery,
-    regeneration, an edit, a restart and a second process: every request extends the last."""
-    keel = start(standin, start_keel, tmp_path / "keel.db")
+    regeneration, an edit, a restart and a second process: every request extends the last
+    (and with dispatch stability the tool block never changes at all)."""
+    keel = start(standin, start_keel, tmp_path / "keel.db", stability)
     chat = Chat(standin, keel)
     _, sent = chat.send("hello, can you help me with my repo?")
     last = sent[-1]
     system = last["messages"][0]
+    first_tools = last["tools"]
 
     def turn(text: str | None, **kw: Any) -> list[Body]:
         nonlocal last
@@ -107,6 +112,10 @@ def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
         for a, b in itertools.pairwise(calls):  # a tool_search continuation extends its own call
             assert_prefix(a, b)
         assert canon(calls[0]["messages"][0]) == canon(system), "system prompt changed within the segment"
+        if stability == "dispatch":
+            for c in calls:
+                assert [t["function"]["name"] for t in c["tools"]] == [t["function"]["name"] for t in first_tools]
+                assert canon(c["tools"]) == canon(first_tools), "dispatch changed the tool block"
         last = calls[-1]
         return calls
 
@@ -129,7 +138,8 @@ def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
     calls = turn("and roll back?")
     assert "The current date is now" in calls[0]["messages"][-1]["content"]
     calls = turn("please do it " + hidden_call("convert_time"))  # a tool discovered mid-conversation
-    assert len(calls) == 2 and calls[0]["tools"][-1]["function"]["name"] == "tool_search"
+    assert len(calls) == 2 and "tool_search" in [t["function"]["name"] for t in calls[0]["tools"]]
+    assert chat.history[-2]["tool_calls"][0]["function"]["name"] == "convert_time"  # the client's own tool
     turn(None)  # the tool result goes back: the hidden search exchange is spliced in place
 
     regenerated_from = list(chat.history)
@@ -147,10 +157,10 @@ def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
     last = edited[-1]
 
     keel.__exit__()  # a restart with the store kept
-    keel = start(standin, start_keel, tmp_path / "keel.db")
+    keel = start(standin, start_keel, tmp_path / "keel.db", stability)
     chat.keel = keel
     turn("are you still there?")
-    other = start(standin, start_keel, tmp_path / "keel.db")  # a second process on the same store
+    other = start(standin, start_keel, tmp_path / "keel.db", stability)  # a second process, same store
     chat.keel = other
     turn("one more question")
 

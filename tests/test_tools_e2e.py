@@ -169,3 +169,38 @@ def test_small_catalog_left_alone(keel_tools: ServerThread, standin: ServerThrea
     body = orjson.dumps({"model": "m", "tools": catalog()[:3], "messages": [{"role": "user", "content": "hi"}]})
     httpx.post(keel_tools.url + "/v1/chat/completions", content=body, headers=AUTH)
     assert orjson.dumps(last_upstream_body(standin)) == body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_dispatch_rewrites_generic_calls(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                         stream: bool) -> None:
+    """Dispatch stability: the model calls call_tool; the client gets a real call of its own tool,
+    and on the next request Keel hands the model back the generic call it made."""
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1", stability="dispatch")))
+    client = sdk(keel)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go " + hidden_call("convert_time", '{"a":1}')}]
+    if stream:
+        chunks = list(client.chat.completions.create(model="m", tools=catalog(), messages=messages,  # type: ignore[arg-type]
+                                                     stream=True))
+        deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+        assert [(d.index, d.function.name) for d in deltas if d.function and d.function.name] == [(0, "convert_time")]
+        call_id = next(d.id for d in deltas if d.id)
+        arguments = "".join(d.function.arguments or "" for d in deltas if d.function)
+        assistant = {"role": "assistant", "tool_calls": [{"id": call_id, "type": "function", "function": {
+            "name": "convert_time", "arguments": arguments}}]}
+    else:
+        reply = client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+        call = reply.choices[0].message.tool_calls[0]  # type: ignore[index]
+        assert call.function.name == "convert_time" and json.loads(call.function.arguments) == {"a": 1}
+        assistant = reply.choices[0].message.model_dump(exclude_none=True)
+        arguments = call.function.arguments
+    assert json.loads(arguments) == {"a": 1}
+    upstream_tools = names(last_upstream_body(standin))
+    assert "convert_time" not in upstream_tools and "call_tool" in upstream_tools
+    messages += [assistant, {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"], "content": "noon"}]
+    final = client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    assert final.choices[0].message.content is not None
+    history = last_upstream_body(standin)["messages"]
+    generic = [c for m in history for c in m.get("tool_calls") or [] if c["function"]["name"] == "call_tool"]
+    assert generic and json.loads(generic[0]["function"]["arguments"])["name"] == "convert_time"
+    assert names(last_upstream_body(standin)) == upstream_tools  # the tool block did not change

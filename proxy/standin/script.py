@@ -7,6 +7,8 @@ Directives (anywhere in the newest user message's text):
     [[callx HEX {...}]]       the same, the name hex-encoded (hidden from name matching)
     [[callq HEX {...}]]       like callx, but tool_search is called with the user's words, as a
                               model would search, never with the name
+With `call_tool` offered, a tool the search found that is still not in the tool list is
+called through `call_tool` (Keel's dispatch stability).
     [[error 503]]             answer with that HTTP status and an OpenAI-style error
     [[sleep 1.5]]             wait that many seconds before answering
     [[drip 0.05]]             (streaming) wait that many seconds between content chunks
@@ -82,13 +84,18 @@ def plan_answer(body: dict[str, Any]) -> Script:
     called = _called_since_user(messages)
     seed = f"{len(messages)}:{newest}"
     pending = [w for w in wanted if w.partition(" ")[0] not in called]
-    if pending and (last.get("role") != "tool" or any(w.partition(" ")[0] in offered for w in pending)):
+    # after a search, a tool outside the tool list is reached through call_tool when that is offered
+    dispatch = "call_tool" in offered and "tool_search" in called
+    if pending and (last.get("role") != "tool" or dispatch or any(w.partition(" ")[0] in offered for w in pending)):
         calls: list[ToolCall] = []
         missing: list[str] = []
         for want in pending:
             name, _, args = want.partition(" ")
             if name in offered:
                 calls.append(ToolCall(_call_id(seed, len(calls)), name, args.strip() or "{}"))
+            elif dispatch:
+                generic = orjson.dumps({"name": name, "arguments": orjson.loads(args.strip() or "{}")}).decode()
+                calls.append(ToolCall(_call_id(seed, len(calls)), "call_tool", generic))
             else:
                 missing.append(name)
         if missing and "tool_search" in offered and "tool_search" not in called:
@@ -144,7 +151,13 @@ def _called_since_user(messages: list[dict[str, Any]]) -> set[str]:
             break
         for call in message.get("tool_calls") or []:
             if isinstance(call, dict):
-                names.add(str(call.get("function", {}).get("name")))
+                fn = call.get("function", {})
+                names.add(str(fn.get("name")))
+                if fn.get("name") == "call_tool":  # the tool a generic call reached
+                    try:
+                        names.add(str(orjson.loads(fn.get("arguments") or "{}").get("name")))
+                    except (orjson.JSONDecodeError, AttributeError):
+                        pass
     return names
 
 

@@ -29,7 +29,7 @@ from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache
 from proxy.tools.ranking import Ranker, Ranking
-from proxy.tools.search import SEARCH_TOOL, search_tool
+from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 
 log = logging.getLogger("keel.tools")
 
@@ -37,10 +37,11 @@ log = logging.getLogger("keel.tools")
 @dataclass(frozen=True)
 class ToolPlan:
     catalog: Catalog
-    surfaced: tuple[str, ...]  # sorted
-    deferred: tuple[str, ...]  # sorted
+    surfaced: tuple[str, ...]
+    deferred: tuple[str, ...]
     offered: int
-    outcome: str  # ranked | no_tool_needed | ranking_failed
+    outcome: str  # ranked | no_tool_needed | ranking_failed | segment
+    dispatch: bool = False  # later tools are called through call_tool; the block never changes
 
 
 def _valid_tools(tools: Any) -> bool:
@@ -48,6 +49,23 @@ def _valid_tools(tools: Any) -> bool:
         isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
         for t in tools
     )
+
+
+def generic_calls(messages: list[dict[str, Any]], records: Sequence[Any]) -> list[dict[str, Any]]:
+    """Real calls the client got back in the generic `call_tool` form the model produced."""
+    dispatched: dict[str, Any] = {}
+    for record in records:
+        dispatched.update(record.dispatched)
+    if not dispatched:
+        return messages
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and calls and any(c.get("id") in dispatched for c in calls):
+            calls = [{**c, "function": dispatched[c["id"]]} if c.get("id") in dispatched else c for c in calls]
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
 
 
 class _NoStore:
@@ -90,7 +108,10 @@ class ToolPlanner:
         messages = splice(request.messages, records)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
-        if cfg.stability == "segment" and request.location is not None:
+        frozen_modes = ("segment", "dispatch")
+        if cfg.stability == "dispatch":
+            messages = generic_calls(messages, records)
+        if cfg.stability in frozen_modes and request.location is not None:
             frozen = await self._frozen(request, catalog)
             if frozen is not None:
                 return self._segment(request, catalog, messages, pinned, frozen)
@@ -100,7 +121,9 @@ class ToolPlanner:
             return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
         rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
         rendered.append(search_tool(deferred, cfg.search.listing))
-        if cfg.stability == "segment" and request.location is not None:
+        if cfg.stability == "dispatch":
+            rendered.append(call_tool())
+        if cfg.stability in frozen_modes and request.location is not None:
             frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
             stored = await self._freeze(request, frozen)
             if stored is not frozen:  # another replica froze this segment first: use its block
@@ -110,7 +133,8 @@ class ToolPlanner:
     def _planned(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
                  outcome: str) -> ChatRequest:
-        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome)
+        dispatch = request.tenant.tools.stability == "dispatch"
+        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome, dispatch)
         body = {**request.body, "tools": rendered, "messages": messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(request.tenant.tools)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
@@ -159,7 +183,8 @@ class ToolPlanner:
         earlier = [r for r in request.location.records if newest is None or r.chain_hash != newest.hash]
         appended: list[str] = next((list(r.tool_block) for r in reversed(earlier) if r.tool_block is not None), [])
         base = set(frozen["surfaced"]) | set(appended)
-        appended += [n for n in self._ordered(pinned, messages, request) if n not in base]
+        if request.tenant.tools.stability == "segment":  # dispatch: the block never grows
+            appended += [n for n in self._ordered(pinned, messages, request) if n not in base]
         rendered = [*frozen["block"], *(catalog.entries[catalog.by_name[n]].tool for n in appended)]
         surfaced = [*frozen["surfaced"], *appended]
         deferred = [n for n in frozen["deferred"] if n not in set(appended)]

@@ -30,7 +30,7 @@ from proxy.sse import Event, EventParser, encode_event
 from proxy.stores import StoreError
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
-from proxy.tools.search import SEARCH_TOOL, answer_search
+from proxy.tools.search import CALL_TOOL, SEARCH_TOOL, answer_search
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.tools")
@@ -71,7 +71,7 @@ class Loop:
         results = []
         for call in searches:
             result = await answer_search(call["function"].get("arguments", ""), self.plan.catalog, self.deferred,
-                                         self.config.search.max_results, ranker)
+                                         self.config.search.max_results, ranker, self.plan.dispatch)
             for name in result.found:
                 if name in self.deferred:
                     self.deferred.remove(name)
@@ -79,6 +79,8 @@ class Loop:
                     self.found.append(name)
             results.append({"role": "tool", "tool_call_id": call["id"], "content": result.content})
         self.rounds += 1
+        if self.plan.dispatch:
+            return results  # the block never changes: found tools are called through call_tool
         # Found tools go at the end: the block before them stays as it was (its cache too).
         catalog = self.plan.catalog
         shipped = {t["function"]["name"] for t in self.body.get("tools") or []}
@@ -96,6 +98,39 @@ class Loop:
 
 def is_search(call: Any) -> bool:
     return isinstance(call, dict) and (call.get("function") or {}).get("name") == SEARCH_TOOL
+
+
+def is_generic(call: Any) -> bool:
+    return isinstance(call, dict) and (call.get("function") or {}).get("name") == CALL_TOOL
+
+
+def real_call(call: Message, catalog: Any) -> Message | None:
+    """The client's own call behind a generic `call_tool` call (None if it names no known tool)."""
+    try:
+        args = orjson.loads(call["function"].get("arguments") or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(args, dict) or args.get("name") not in catalog.by_name:
+        return None
+    arguments = args.get("arguments")
+    text = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
+    return {"id": call.get("id"), "type": "function", "function": {"name": args["name"], "arguments": text}}
+
+
+def to_real_calls(message: Message, catalog: Any) -> tuple[Message, dict[str, Any]]:
+    """The message with generic calls rewritten to real ones, and the generic form of each by id."""
+    calls = message.get("tool_calls") or []
+    if not any(is_generic(c) for c in calls):
+        return message, {}
+    out, dispatched = [], {}
+    for call in calls:
+        real = real_call(call, catalog) if is_generic(call) else None
+        if real is not None:
+            dispatched[str(call.get("id"))] = call["function"]
+            out.append(real)
+        else:
+            out.append(call)
+    return {**message, "tool_calls": out}, dispatched
 
 
 class ToolSearchResponder:
@@ -130,6 +165,13 @@ class ToolSearchResponder:
         except StoreError as exc:
             log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": str(exc)})
 
+    async def _dispatched(self, request: ChatRequest, dispatched: dict[str, Any]) -> None:
+        if dispatched and request.location is not None:
+            try:
+                await self.conversations.add_dispatched(request.location, dispatched)
+            except StoreError as exc:
+                log.warning("dispatched_calls_not_stored", extra={"tenant": request.tenant.id, "error": str(exc)})
+
     async def _whole(self, request: ChatRequest, exchange: Exchange, loop: Loop,
                      upstream: UpstreamResponse) -> Response:
         usage: Any = None
@@ -148,11 +190,11 @@ class ToolSearchResponder:
             calls = message.get("tool_calls") or []
             searches = [c for c in calls if is_search(c)]
             if not searches:
-                if loop.rounds == 0:  # nothing for Keel to do: the upstream's bytes as they were
+                if loop.rounds == 0 and not any(is_generic(c) for c in calls):  # the upstream's bytes as they were
                     headers.update(self.metrics.observe_usage(request.tenant.id, usage))
                     exchange.done(Outcome(upstream.status, len(raw)))
                     return Response(raw, status_code=upstream.status, headers=headers)
-                visible = message
+                visible = message if loop.rounds else None
                 break
             self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
             results = await loop.answer(searches, self.ranker)
@@ -166,12 +208,14 @@ class ToolSearchResponder:
             upstream = await exchange.send(encode(loop.body))
             if upstream.status != 200:
                 return await relay(upstream, exchange.request_id, exchange.done, request.response_headers)
+        message, dispatched = to_real_calls(message, self.plan.catalog)
         data["choices"][0]["message"] = message
         if usage is not None:
             data["usage"] = usage
         headers["x-keel-tool-search-rounds"] = str(loop.rounds)
         headers.update(self.metrics.observe_usage(request.tenant.id, usage))
         await self._store(request, loop, visible, after, message)
+        await self._dispatched(request, dispatched)
         body = orjson.dumps(data)
         exchange.done(Outcome(200, len(body)))
         return Response(body, status_code=200, headers=headers)
@@ -179,7 +223,7 @@ class ToolSearchResponder:
     async def _stream(self, request: ChatRequest, exchange: Exchange, loop: Loop,
                       upstream: UpstreamResponse) -> AsyncIterator[bytes]:
         outcome = Outcome(200, streamed=True)
-        state = StreamState()
+        state = StreamState(catalog=self.plan.catalog if self.plan.dispatch else None)
         stored = False
         try:
             while True:
@@ -188,6 +232,10 @@ class ToolSearchResponder:
                     yield out
                 if state.error:
                     return
+                for out in state.real_calls():
+                    outcome.bytes_out += len(out)
+                    yield out
+                await self._dispatched(request, state.take_dispatched())
                 searches = [c for c in state.calls if is_search(c)]
                 if not searches:
                     break
@@ -235,6 +283,31 @@ class StreamState:
     usage: Any = None
     held: list[bytes] = field(default_factory=list)  # round-0 closing events, replayed if nothing changed
     error: bool = False
+    catalog: Any = None  # set in dispatch mode: generic call_tool calls are withheld and sent as real calls
+    dispatched: dict[str, Any] = field(default_factory=dict)
+
+    def withheld(self, call: Message) -> bool:
+        return is_search(call) or (self.catalog is not None and is_generic(call))
+
+    def real_calls(self) -> list[bytes]:
+        """This round's generic calls, as real calls of the client's tools, one delta each."""
+        out = []
+        for call in self.calls:
+            real = real_call(call, self.catalog) if self.catalog is not None and is_generic(call) else None
+            if real is None:
+                continue
+            self.dispatched[str(call["id"])] = dict(call["function"])
+            delta = {"index": self.client_index, **real}
+            self.client_index += 1
+            self.own_calls.append(real)
+            out.append(encode_event({"id": self.first_id, "object": "chat.completion.chunk", "created": self.created,
+                                     "model": self.model, "choices": [{"index": 0, "delta": {"tool_calls": [delta]},
+                                                                       "finish_reason": None}]}))
+        return out
+
+    def take_dispatched(self) -> dict[str, Any]:
+        taken, self.dispatched = self.dispatched, {}
+        return taken
 
     @property
     def calls(self) -> list[Message]:
@@ -312,12 +385,12 @@ class StreamState:
             if call is None:
                 call = {"id": delta.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": ""}}
                 self.calls_by_index[index] = call
-                if not is_search(call):
+                if not self.withheld(call):
                     self.index_map[index] = self.client_index
                     self.client_index += 1
                     self.own_calls.append(call)
             call["function"]["arguments"] += fn.get("arguments") or ""
-            if is_search(call):
+            if self.withheld(call):
                 continue
             mapped = self.index_map[index]
             kept.append(delta if mapped == index else {**delta, "index": mapped})
@@ -338,7 +411,7 @@ class StreamState:
         return message
 
     def closing(self, include_usage: bool) -> list[bytes]:
-        if self.round == 0 and not any(is_search(c) for c in self.calls) and self.held:
+        if self.round == 0 and not any(self.withheld(c) for c in self.calls) and self.held:
             return self.held  # nothing was rewritten: the upstream's own closing bytes
         chunk = {"id": self.first_id, "object": "chat.completion.chunk", "created": self.created or int(time.time()),
                  "model": self.model, "choices": [{"index": 0, "delta": {}, "finish_reason": self.finish or "stop"}]}

@@ -13,6 +13,30 @@ from proxy.tools.catalog import Catalog, ToolEntry
 from proxy.tools.ranking import Ranker
 
 SEARCH_TOOL = "tool_search"
+CALL_TOOL = "call_tool"
+
+
+def call_tool() -> dict[str, Any]:
+    """The generic call tool of `dispatch` stability: reaches any tool not in the frozen block."""
+    return {
+        "type": "function",
+        "function": {
+            "name": CALL_TOOL,
+            "description": (
+                f"Call a tool that is not in your tool list but that {SEARCH_TOOL} loaded for you (or that you "
+                "already know by name): give its exact name and its arguments as a JSON object matching the "
+                "parameters it showed."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "the tool's exact name"},
+                    "arguments": {"type": "object", "description": "the tool's arguments"},
+                },
+                "required": ["name", "arguments"],
+            },
+        },
+    }
 
 
 def _words(names: Sequence[str]) -> list[str]:
@@ -87,7 +111,7 @@ class SearchResult:
 
 
 async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str], max_results: int,
-                        ranker: Ranker) -> SearchResult:
+                        ranker: Ranker, dispatch: bool = False) -> SearchResult:
     """Exact names first, then names in the query, then the ranker's best matches, from the deferred tools."""
     try:
         args = orjson.loads(arguments or "{}")
@@ -112,11 +136,13 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
             if name not in chosen:
                 chosen.append(name)
     entries: list[ToolEntry] = catalog.entries_for(chosen)
+    note = (f"Call these tools through {CALL_TOOL} with their name and arguments." if dispatch
+            else "These tools are now loaded; call them directly.")
     payload = {
         "tools": [
             {"name": e.name, "description": e.description, "parameters": e.tool.get("function", {}).get("parameters", {})}
             for e in entries
         ],
-        "note": "These tools are now loaded; call them directly." if entries else "No matching tools.",
+        "note": note if entries else "No matching tools.",
     }
     return SearchResult(tuple(e.name for e in entries), orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
