@@ -19,6 +19,7 @@ After a tool result (the last message has role `tool`) it answers with text abou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
@@ -154,10 +155,8 @@ def _called_since_user(messages: list[dict[str, Any]]) -> set[str]:
                 fn = call.get("function", {})
                 names.add(str(fn.get("name")))
                 if fn.get("name") == "call_tool":  # the tool a generic call reached
-                    try:
+                    with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
                         names.add(str(orjson.loads(fn.get("arguments") or "{}").get("name")))
-                    except (orjson.JSONDecodeError, AttributeError):
-                        pass
     return names
 
 
