@@ -14,6 +14,8 @@ import httpx
 import orjson
 import pytest
 from conftest import CATALOGS, KEY, ServerThread, keel_config, tenant
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.standin.script import hidden_call
 
@@ -172,3 +174,49 @@ def test_context_off_changes_nothing(standin: ServerThread, start_keel: Callable
     raw = orjson.dumps(body)
     httpx.post(keel.url + "/v1/chat/completions", content=raw, headers={"authorization": f"Bearer {KEY}"})
     assert orjson.dumps(standin.app.state.standin.requests[-1]) == raw
+
+
+EVENTS = ["tick", "memory", "toggle", "retrieved", "discover", "regenerate", "plain"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(st.sampled_from(EVENTS), min_size=2, max_size=7), stability=st.sampled_from(
+    ["segment", "dispatch"]))
+def test_prefix_stable_for_generated_event_sequences(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                    tmp_path: Path, events: list[str], stability: str) -> None:
+    """Any sequence of clock ticks, memory changes, toggles, retrieved context, tool discovery,
+    regenerations and plain turns keeps every request a byte-for-byte extension of the last."""
+    keel = start(standin, start_keel, tmp_path / f"{stability}.db", stability)
+    chat = Chat(standin, keel)
+    chat.headers["x-keel-user"] = f"user-{len(events)}-{hash(tuple(events))}"
+    _, sent = chat.send("hello")
+    last = previous_turn = sent[-1]
+    for n, event in enumerate(events):
+        if event == "regenerate":
+            if chat.history and chat.history[-1].get("role") == "assistant" and not chat.history[-1].get("tool_calls"):
+                chat.history.pop()
+                _, calls = chat.send(None)  # the same history again: a regeneration
+                assert_prefix(previous_turn, calls[0])
+                last = calls[-1]
+            continue
+        if event == "tick":
+            chat.sections["clock"] = f"Current time: 2026-11-30 10:{n:02d}:{(n * 13) % 60:02d}"
+        elif event == "memory":
+            chat.sections["memory"] = f"<memory>\nfact number {n}\n</memory>"
+        elif event == "toggle":
+            if "beta" in chat.sections:
+                del chat.sections["beta"]
+            else:
+                chat.sections["beta"] = "## Beta\nOn."
+        elif event == "retrieved":
+            chat.sections["retrieved"] = f"<retrieved>\nchunk {n}\n</retrieved>"
+        text = f"turn {n}" + (" " + hidden_call("convert_time") if event == "discover" else "")
+        previous_turn = last
+        _, calls = chat.send(text)
+        if chat.history[-1].get("role") == "tool":  # the client answers its tool call
+            _, more = chat.send(None)
+            calls += more
+        assert_prefix(last, calls[0])
+        for a, b in itertools.pairwise(calls):
+            assert_prefix(a, b)
+        last = calls[-1]
