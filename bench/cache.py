@@ -80,7 +80,7 @@ def conversation(url: str, rules: str, with_catalog: bool, via_keel: bool) -> li
                     "messages": messages}
             response = client.post(url + "/v1/chat/completions", json=body, headers=headers)
             reply = response.json()
-            usages.append({**reply["usage"], "ceiling": int(response.headers.get("x-standin-prefix-ceiling", 0))})
+            usages.append(reply["usage"])
             message = reply["choices"][0]["message"]
             history.append({k: v for k, v in message.items() if v is not None and k != "refusal"})
             if not message.get("tool_calls"):
@@ -95,19 +95,19 @@ def summarize(usages: list[dict[str, Any]], rules: str) -> dict[str, float]:
     reads = sum(u.get("prompt_tokens_details", {}).get("cached_tokens", 0) for u in usages)
     writes = sum(u.get("cache_creation_input_tokens", 0) for u in usages) if rules == "anthropic" else 0
     cost = (prompt - reads - writes) + 0.1 * reads + 1.25 * writes
-    ceiling = sum(u["ceiling"] for u in usages) / prompt
+    ceiling = sum(u.get("standin_prefix_ceiling_tokens", 0) for u in usages) / prompt
     return {"prompt": prompt, "reads": reads, "writes": writes, "cost": cost, "fraction": reads / prompt,
             "ceiling": ceiling, "calls": len(usages)}
 
 
-def run(rules: str, with_catalog: bool, via_keel: bool) -> dict[str, float]:
+def run(rules: str, with_catalog: bool, via_keel: bool, stability: str = "dispatch") -> dict[str, float]:
     standin, standin_url = start_standin(rules=rules)
     keel = None
     try:
         url = standin_url
         if via_keel:
             kind = "anthropic-compatible" if rules == "anthropic" else "openai"
-            extra = {"tools": {"enabled": True, "stability": "segment"}, "context": {"stable": True},
+            extra = {"tools": {"enabled": True, "stability": stability}, "context": {"stable": True},
                      "cache": {"breakpoints": "auto", "prompt_cache_key": "auto"}}
             keel, url, _ = start_keel(standin_url, extra, kind=kind)
         return summarize(conversation(url, rules, with_catalog, via_keel), rules)
@@ -122,8 +122,10 @@ def main() -> None:
     for rules in ("openai", "anthropic"):
         for with_catalog in (False, True):
             direct = run(rules, with_catalog, via_keel=False)
-            keel = run(rules, with_catalog, via_keel=True)
-            for label, r in (("direct", direct), ("keel", keel)):
+            paths = [("direct", direct)]
+            for stability in ("segment", "dispatch"):
+                paths.append((f"keel ({stability})", run(rules, with_catalog, via_keel=True, stability=stability)))
+            for label, r in paths:
                 rows.append([rules, "200 tools" if with_catalog else "3 tools", label, r["calls"],
                              f"{r['prompt']:,}", f"{r['reads']:,}", f"{r['writes']:,}", f"{r['fraction']:.3f}",
                              f"{r['ceiling']:.3f}", f"{r['cost']:,.0f}",

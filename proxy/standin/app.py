@@ -49,7 +49,7 @@ class StandIn:
         blocks = prompt_blocks(body)
         anthropic = self.rules == "anthropic" or (self.rules == "auto" and any(b.breakpoint for b in blocks))
         cache = self.cache.anthropic(blocks) if anthropic else self.cache.openai(blocks)
-        self.last_ceiling = self.cache.ceiling(blocks)
+        ceiling = self.cache.ceiling(blocks)
         out = script.text or "".join(c.name + c.arguments for c in script.tool_calls)
         completion = self.tokens.count(out)
         usage: dict[str, Any] = {
@@ -58,6 +58,8 @@ class StandIn:
             "total_tokens": cache.prompt_tokens + completion,
             "prompt_tokens_details": {"cached_tokens": cache.cached_tokens},
         }
+        # Not an OpenAI field: what a perfect cache would have served (benchmarks sum it like usage).
+        usage["standin_prefix_ceiling_tokens"] = ceiling
         if anthropic:
             usage["cache_read_input_tokens"] = cache.cached_tokens
             usage["cache_creation_input_tokens"] = cache.cache_write_tokens
@@ -88,10 +90,9 @@ class StandIn:
         except TooManyBreakpointsError as exc:
             return _error(400, str(exc), "invalid_request_error")
         report = self.tool_report(body)
-        ceiling = str(getattr(self, "last_ceiling", 0))
         if log.isEnabledFor(logging.INFO):
             log.info("standin_request", extra={"tools": report, "usage": usage})
-        headers = {"x-standin-tools": report, "x-standin-prefix-ceiling": ceiling}
+        headers = {"x-standin-tools": report}
         cid = "chatcmpl-" + hashlib.blake2b(raw, digest_size=12).hexdigest()
         model = str(body.get("model") or "standin")
         if body.get("stream"):
