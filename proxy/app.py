@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import orjson
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.accounting import CacheAccounting
 from proxy.config import KeelConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
@@ -138,7 +138,7 @@ class Keel:
             if planned.responder is not None:
                 return await planned.responder.respond(planned, Exchange(send, rid, done))
             response = await send(planned.encoded(parsed))
-            account = self.usage_reader(tenant.id) if planned.location is not None else None
+            account = CacheAccounting(self.metrics, planned) if planned.location is not None else None
             return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
@@ -148,7 +148,7 @@ class Keel:
     async def relay_counted(
         self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,
         extra_headers: Mapping[str, str] | None = None,
-        on_body: Callable[[bytes], Mapping[str, str]] | None = None,
+        accounting: CacheAccounting | None = None,
     ) -> Response:
         gauge = self.metrics.streams_open.labels(tenant)
 
@@ -158,25 +158,13 @@ class Keel:
             done(outcome)
 
         try:
-            relayed = await relay(response, rid, finish, extra_headers, on_body)
+            relayed = await relay(response, rid, finish, extra_headers, accounting)
         except BaseException:
             await response.aclose()
             raise
         if isinstance(relayed, StreamingResponse):
             gauge.inc()  # the body generator (and with it `finish`) starts only after we return
         return relayed
-
-    def usage_reader(self, tenant: str) -> Callable[[bytes], Mapping[str, str]]:
-        """Reads the usage of a whole JSON response: counts cache hits, adds `x-keel-cache`."""
-
-        def read(body: bytes) -> Mapping[str, str]:
-            try:
-                usage = orjson.loads(body).get("usage")
-            except (orjson.JSONDecodeError, AttributeError):
-                return {}
-            return self.metrics.observe_usage(tenant, usage)
-
-        return read
 
     async def ready(self) -> bool:
         return bool(self.config.tenants) and await self.store.ping()

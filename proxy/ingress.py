@@ -85,6 +85,7 @@ class ChatRequest:
     responder: Responder | None = None  # set by a planner that must see the response (tool_search)
     response_headers: Mapping[str, str] = field(default_factory=dict)
     record_fields: Mapping[str, Any] = field(default_factory=dict)  # for the newest turn record, written once
+    notes: Mapping[str, Any] = field(default_factory=dict)  # why the prompt prefix may have changed (logs)
 
     @property
     def stream(self) -> bool:
@@ -119,6 +120,9 @@ class ChatRequest:
     def with_record(self, **fields: Any) -> ChatRequest:
         """Fields for the newest user message's turn record (the pipeline writes it once)."""
         return replace(self, record_fields={**self.record_fields, **fields})
+
+    def with_note(self, **notes: Any) -> ChatRequest:
+        return replace(self, notes={**self.notes, **notes})
 
     def with_headers(self, **headers: str) -> ChatRequest:
         return replace(self, response_headers={**self.response_headers, **headers})

@@ -10,10 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.responses import Response, StreamingResponse
 
 from proxy.errors import ProxyError, error_body
+
+if TYPE_CHECKING:
+    from proxy.accounting import CacheAccounting
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.relay")
@@ -66,9 +70,9 @@ async def relay(
     request_id: str,
     on_done: Callable[[Outcome], None],
     extra_headers: Mapping[str, str] | None = None,
-    on_body: Callable[[bytes], Mapping[str, str]] | None = None,
+    accounting: CacheAccounting | None = None,
 ) -> Response:
-    """`on_body` may look at a whole (non-streamed) body and add response headers."""
+    """`accounting` reads the upstream's usage from the body or the stream as it passes."""
     headers = client_headers(response, request_id)
     if extra_headers:
         headers.update(extra_headers)
@@ -76,22 +80,29 @@ async def relay(
     if not _streams(response):
         body = await response.read()
         outcome.bytes_out = len(body)
-        if on_body is not None and response.status == 200:
-            headers.update(on_body(body))
+        if accounting is not None and response.status == 200:
+            headers.update(accounting.from_body(body))
         on_done(outcome)
         return Response(body, status_code=response.status, headers=headers)
     outcome.streamed = True
     is_sse = header(response, "content-type").startswith("text/event-stream")
-    return StreamingResponse(_stream(response, outcome, on_done, is_sse), status_code=response.status, headers=headers)
+    watch = accounting if is_sse and response.status == 200 else None
+    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch), status_code=response.status,
+                             headers=headers)
 
 
 async def _stream(
-    response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool
+    response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool,
+    accounting: CacheAccounting | None = None,
 ) -> AsyncIterator[bytes]:
     try:
         async for chunk in response.iter_raw():
             outcome.bytes_out += len(chunk)
+            if accounting is not None:
+                accounting.watch(chunk)
             yield chunk
+        if accounting is not None:
+            accounting.finish()
     except ProxyError as exc:
         outcome.error = exc.code
         log.warning("upstream_stream_broken", extra={"error": exc.message})

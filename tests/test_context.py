@@ -155,3 +155,41 @@ def test_cache_header_and_anthropic_hits_through_keel(standin: ServerThread,
     assert int(first.headers["x-keel-cache"].split("/")[0]) == 0
     metrics = httpx.get(keel.url + "/metrics").text
     assert f'keel_cached_tokens_total{{tenant="acme"}} {float(cached)}' in metrics
+
+
+def test_streamed_usage_is_counted(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """The usage chunk of a stream is read as it passes and counted per tenant."""
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True})))
+    with httpx.stream("POST", keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"}, json={
+            "model": "m", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "[[words 5]]"}]}) as r:
+        body = b"".join(r.iter_raw())
+    assert b"[DONE]" in body
+    metrics = httpx.get(keel.url + "/metrics").text
+    line = next(x for x in metrics.splitlines() if x.startswith('keel_prompt_tokens_total{tenant="acme"}'))
+    assert float(line.split()[-1]) > 0
+
+
+def test_lost_anchor_is_a_logged_miss(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                      tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """With its anchor gone the turn is re-anchored (still answered) and the miss names why."""
+    import logging
+    import sqlite3
+
+    db = tmp_path / "k.db"
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True}),
+                                  store={"url": f"sqlite:///{db}"}))
+    headers = {"authorization": f"Bearer {KEY}"}
+    system = {"role": "system", "content": "Time 10:00:01\n\n" + "policy " * 1500}
+    first = httpx.post(keel.url + "/v1/chat/completions", headers=headers,
+                       json={"model": "m", "messages": [system, {"role": "user", "content": "one"}]}).json()
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM kv WHERE key LIKE '%:anchor:%'")
+    history = [system, {"role": "user", "content": "one"}, first["choices"][0]["message"],
+               {"role": "user", "content": "two"}]
+    history[0] = {"role": "system", "content": "Time 10:00:59\n\n" + "policy " * 1500}
+    with caplog.at_level(logging.WARNING, logger="keel.cache"):
+        second = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+    assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] == "You said: two"
+    misses = [r for r in caplog.records if r.getMessage() == "cache_miss"]
+    assert misses and misses[0].reasons == ["anchor_lost"]  # type: ignore[attr-defined]

@@ -74,7 +74,7 @@ class ContextPlanner:
         systems = [m for m in messages if m.get("role") in CONTEXT_ROLES]
         client_system = "\n\n".join(message_text(m) for m in systems)
         current = sample(client_system, date)
-        anchor = await self._anchor(location, client_system, date, current, now.timestamp())
+        anchor, lost = await self._anchor(location, client_system, date, current, now.timestamp())
 
         updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
         newest = location.chain.newest_user
@@ -86,20 +86,24 @@ class ContextPlanner:
                 updates[newest.hash] = update
             fields = {"context_update": update, "context_state": current}
         rendered = self._render(request, messages, anchor, updates, systems[0]["role"] if systems else "system")
-        return request.with_body({**request.body, "messages": rendered}).with_record(**fields)
+        planned = request.with_body({**request.body, "messages": rendered}).with_record(**fields)
+        return planned.with_note(anchor_lost=lost) if lost else planned
 
     async def _anchor(self, location: Location, client_system: str, date: str | None, state: State,
-                      created: float) -> SegmentAnchor:
+                      created: float) -> tuple[SegmentAnchor, bool]:
+        """The segment's anchor, and whether it had been lost (re-anchoring costs the cache once)."""
+        lost = False
         if location.records or location.kind is not TurnKind.NEW:
             stored = await self.conversations.read_anchor(location.chain, location.segment)
             if stored is not None:
-                return stored
+                return stored, False
+            lost = True
             log.info("anchor_lost", extra={"segment": location.segment})
         anchor = SegmentAnchor(location.segment, location.conversation, anchor_system(client_system, date), state,
                                None, created)
         if await self.conversations.write_anchor(location.chain, anchor):
-            return anchor
-        return await self.conversations.read_anchor(location.chain, location.segment) or anchor
+            return anchor, lost
+        return await self.conversations.read_anchor(location.chain, location.segment) or anchor, lost
 
     def _render(self, request: ChatRequest, messages: list[dict[str, Any]], anchor: SegmentAnchor,
                 updates: dict[str, str], role: str) -> list[dict[str, Any]]:

@@ -128,7 +128,8 @@ class ToolPlanner:
             stored = await self._freeze(request, frozen)
             if stored is not frozen:  # another replica froze this segment first: use its block
                 return self._segment(request, catalog, messages, pinned, stored)
-        return self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
+        planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
+        return planned.with_note(tool_block_chosen_per_turn=True) if cfg.stability == "per_turn" else planned
 
     def _planned(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
@@ -190,6 +191,8 @@ class ToolPlanner:
         deferred = [n for n in frozen["deferred"] if n not in set(appended)]
         self._count(request, catalog, surfaced, deferred)
         planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, "segment")
+        grew = len(appended) > len(next((r.tool_block for r in reversed(earlier) if r.tool_block is not None), []))
+        planned = planned.with_note(tool_block_grew=True) if grew else planned
         return planned.with_record(tool_block=appended)
 
     @staticmethod

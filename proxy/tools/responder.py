@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response, StreamingResponse
 
+from proxy.accounting import CacheAccounting
 from proxy.config import ToolsConfig
 from proxy.conversations import Conversations
 from proxy.errors import ProxyError, error_body
@@ -191,7 +192,7 @@ class ToolSearchResponder:
             searches = [c for c in calls if is_search(c)]
             if not searches:
                 if loop.rounds == 0 and not any(is_generic(c) for c in calls):  # the upstream's bytes as they were
-                    headers.update(self.metrics.observe_usage(request.tenant.id, usage))
+                    headers.update(CacheAccounting(self.metrics, request).record(usage))
                     exchange.done(Outcome(upstream.status, len(raw)))
                     return Response(raw, status_code=upstream.status, headers=headers)
                 visible = message if loop.rounds else None
@@ -213,7 +214,7 @@ class ToolSearchResponder:
         if usage is not None:
             data["usage"] = usage
         headers["x-keel-tool-search-rounds"] = str(loop.rounds)
-        headers.update(self.metrics.observe_usage(request.tenant.id, usage))
+        headers.update(CacheAccounting(self.metrics, request).record(usage))
         await self._store(request, loop, visible, after, message)
         await self._dispatched(request, dispatched)
         body = orjson.dumps(data)
@@ -254,6 +255,7 @@ class ToolSearchResponder:
                 state.next_round()
             if loop.rounds and not stored:
                 await self._store(request, loop, state.assistant_message(), [], state.shown_message())
+            CacheAccounting(self.metrics, request).record(state.usage)
             for out in state.closing(bool((request.body.get("stream_options") or {}).get("include_usage"))):
                 outcome.bytes_out += len(out)
                 yield out
