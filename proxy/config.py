@@ -157,10 +157,11 @@ class ToolsConfig(_Model):
     defer: DeferConfig = DeferConfig()
     select: SelectConfig = SelectConfig()
     search: SearchConfig = SearchConfig()
-    stability: Literal["per_turn", "segment", "dispatch"] = Field(
+    stability: Literal["per_turn", "segment", "dispatch", "auto"] = Field(
         "per_turn", description="per_turn: chosen fresh each turn; segment: the block chosen at the segment's "
         "start stays, tools needed later are appended once; dispatch: the block never changes, later tools are "
-        "called through call_tool")
+        "called through call_tool; auto: dispatch, re-choosing the block when a fresh one is expected to cost "
+        "less than reading the cached one (cache.read_price)")
     pricing: dict[str, PriceConfig] = Field(default_factory=lambda: {"default": PriceConfig()},
                                             description="judgment prices per model; 'default' for the rest")
 
@@ -199,6 +200,8 @@ class CacheConfig(_Model):
     prompt_cache_key: Literal["off", "auto"] = Field(
         "off", description="auto: derive one per conversation segment for OpenAI-kind upstreams when none is sent")
     min_tokens: int = Field(1024, ge=0, description="no breakpoint on a prefix shorter than this (estimated)")
+    read_price: float = Field(0.1, ge=0, le=1, description="a cache read's price as a fraction of an input token's "
+                              "(tools.stability auto weighs it)")
 
 
 class TenantConfig(_Model):

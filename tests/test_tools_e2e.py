@@ -204,3 +204,24 @@ def test_dispatch_rewrites_generic_calls(standin: ServerThread, start_keel: Call
     generic = [c for m in history for c in m.get("tool_calls") or [] if c["function"]["name"] == "call_tool"]
     assert generic and json.loads(generic[0]["function"]["arguments"])["name"] == "convert_time"
     assert names(last_upstream_body(standin)) == upstream_tools  # the tool block did not change
+
+
+@pytest.mark.parametrize("read_price, rechosen", [(0.1, False), (1.0, True)])
+def test_auto_stability_weighs_the_cache(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                         read_price: float, rechosen: bool) -> None:
+    """Auto keeps the cached tool block when cache reads are cheap, and re-chooses a smaller
+    block for the new turn when reading the cache costs as much as sending afresh."""
+    cfg = tools_tenant(standin.url + "/v1", stability="auto")
+    cfg["cache"] = {"read_price": read_price}
+    keel = start_keel(keel_config(cfg))
+    client = sdk(keel)
+    first_q = "create a branch, open a pull request, list issues and search code in my github repo"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first_q}]
+    reply = client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    first = names(last_upstream_body(standin))
+    messages += [reply.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "user", "content": "what time is it in Tokyo right now?"}]
+    client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    second = names(last_upstream_body(standin))
+    assert (second != first) is rechosen
+    assert "call_tool" in first and "call_tool" in second

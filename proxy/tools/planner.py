@@ -77,6 +77,9 @@ class _NoStore:
     async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
         return False
 
+    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        return None
+
 
 class ToolPlanner:
     name = "tools"
@@ -108,33 +111,44 @@ class ToolPlanner:
         messages = splice(request.messages, records)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
-        frozen_modes = ("segment", "dispatch")
-        if cfg.stability == "dispatch":
+        generic = cfg.stability in ("dispatch", "auto")
+        if generic:
             messages = generic_calls(messages, records)
-        if cfg.stability in frozen_modes and request.location is not None:
+        frozen = None
+        if cfg.stability != "per_turn" and request.location is not None:
             frozen = await self._frozen(request, catalog)
-            if frozen is not None:
+            if frozen is not None and cfg.stability != "auto":
                 return self._segment(request, catalog, messages, pinned, frozen)
         surfaced, deferred, outcome = await self._select(request, catalog, query, pinned)
         self._count(request, catalog, surfaced, deferred)
-        if not deferred:
+        if not deferred and frozen is None:
             return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
         rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
         rendered.append(search_tool(deferred, cfg.search.listing))
-        if cfg.stability == "dispatch":
+        if generic:
             rendered.append(call_tool())
-        if cfg.stability in frozen_modes and request.location is not None:
+        if frozen is not None:  # auto: keep the cached block unless a fresh one is expected to cost less
+            if not self._cheaper(request, catalog, messages, frozen, rendered):
+                return self._segment(request, catalog, messages, pinned, frozen)
+            frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
+            await self.store.set(self._frozen_key(request), orjson.dumps(frozen), self.ttl)
+            planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
+            return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
+        if cfg.stability != "per_turn" and request.location is not None:
             frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
             stored = await self._freeze(request, frozen)
             if stored is not frozen:  # another replica froze this segment first: use its block
                 return self._segment(request, catalog, messages, pinned, stored)
+            # the turn record marks this turn as the segment's start, so the next turn finds the block
+            return self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome).with_record(
+                tool_block=[])
         planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
-        return planned.with_note(tool_block_chosen_per_turn=True) if cfg.stability == "per_turn" else planned
+        return planned.with_note(tool_block_chosen_per_turn=True)
 
     def _planned(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
                  outcome: str) -> ChatRequest:
-        dispatch = request.tenant.tools.stability == "dispatch"
+        dispatch = request.tenant.tools.stability in ("dispatch", "auto")
         plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome, dispatch)
         body = {**request.body, "tools": rendered, "messages": messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(request.tenant.tools)))
@@ -156,6 +170,23 @@ class ToolPlanner:
         surfaced = sorted(pinned | set(selected))
         deferred = sorted(e.name for e in catalog.entries if e.name not in pinned and e.name not in selected)
         return surfaced, deferred, outcome
+
+    def _cheaper(self, request: ChatRequest, catalog: Catalog, messages: Sequence[dict[str, Any]],
+                 frozen: dict[str, Any], fresh: list[dict[str, Any]]) -> bool:
+        """Auto stability: is a freshly chosen block expected to cost less than the cached one?
+
+        Keeping the frozen block, the tools and the history before this turn are read from the
+        provider's cache at `cache.read_price`; a fresh block misses everything after it."""
+        history = sum(len(orjson.dumps(m)) for m in messages) // 4
+
+        def tokens(block: list[dict[str, Any]]) -> int:
+            names = [t["function"]["name"] for t in block]
+            known = catalog.entries_for(n for n in names if n in catalog.by_name)
+            extra = sum(len(orjson.dumps(t)) // 4 for t in block if t["function"]["name"] not in catalog.by_name)
+            return self.catalogs.tool_tokens(catalog, known) + extra
+
+        keep = request.tenant.cache.read_price * (tokens(frozen["block"]) + history)
+        return tokens(fresh) + history < keep
 
     # Segment stability: the block chosen at the segment's start stays; tools needed later are
     # appended once, in the order they were first needed, never reordered or removed.
@@ -184,7 +215,7 @@ class ToolPlanner:
         earlier = [r for r in request.location.records if newest is None or r.chain_hash != newest.hash]
         appended: list[str] = next((list(r.tool_block) for r in reversed(earlier) if r.tool_block is not None), [])
         base = set(frozen["surfaced"]) | set(appended)
-        if request.tenant.tools.stability == "segment":  # dispatch: the block never grows
+        if request.tenant.tools.stability == "segment":  # dispatch and auto: the block never grows
             appended += [n for n in self._ordered(pinned, messages, request) if n not in base]
         rendered = [*frozen["block"], *(catalog.entries[catalog.by_name[n]].tool for n in appended)]
         surfaced = [*frozen["surfaced"], *appended]
