@@ -166,6 +166,17 @@ def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
     chat.keel = other
     turn("one more question")
 
+    fork_point, fork_last = list(chat.history), last  # a fork: two continuations share their prefix
+    turn("branch one")
+    chat.history, last = [*fork_point], fork_last
+    turn("branch two")
+
+    chat.history = [{"role": "user", "content": "Summary of our chat so far: deploys and rollbacks."}]
+    chat.sections["clock"] = "Current time: 2026-12-01 09:00:00"  # a compaction opens a new segment
+    _, compacted = chat.send("let's continue")
+    new_system = compacted[0]["messages"][0]
+    assert canon(new_system) != canon(system) and "2026-12-01 09:00:00" in new_system["content"]
+
 
 def test_context_off_changes_nothing(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     """With context.stable off the system prompt and messages go upstream as the client sent them."""
