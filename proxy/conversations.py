@@ -33,6 +33,7 @@ class TurnRecord:
     tool_block: list[Any] | None = None
     hidden_exchanges: list[Any] = field(default_factory=list)
     dispatched: dict[str, Any] = field(default_factory=dict)  # call id → the generic call the model made
+    tools_update: str | None = None  # schemas of tools named later in a dispatch segment, on this message
     created_at: float = 0.0
 
     def to_bytes(self) -> bytes:

@@ -225,3 +225,30 @@ def test_auto_stability_weighs_the_cache(standin: ServerThread, start_keel: Call
     second = names(last_upstream_body(standin))
     assert (second != first) is rechosen
     assert "call_tool" in first and "call_tool" in second
+
+
+def test_dispatch_announces_named_tools_at_the_tail(standin: ServerThread,
+                                                    start_keel: Callable[..., ServerThread]) -> None:
+    """Dispatch: a tool named later is announced in a <tools_update> on the newest message (no search
+    round trip, no change to the tool block), and re-rendered byte for byte on later turns."""
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1", stability="dispatch")))
+    client = sdk(keel)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hello there"}]
+    reply = client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    block = names(last_upstream_body(standin))
+    assert "convert_time" not in block
+    messages += [reply.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "user", "content": 'use convert_time please [[call convert_time {"a":1}]]'}]
+    before = len(standin.app.state.standin.requests)
+    reply = client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    assert len(standin.app.state.standin.requests) == before + 1  # no tool_search round trip
+    call = reply.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert call.function.name == "convert_time"
+    announced = last_upstream_body(standin)
+    assert names(announced) == block and "<tools_update>" in announced["messages"][-1]["content"]
+    messages += [reply.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "noon"}]
+    client.chat.completions.create(model="m", tools=catalog(), messages=messages)  # type: ignore[arg-type]
+    later = last_upstream_body(standin)["messages"]
+    assert orjson.dumps(later[: len(announced["messages"])], option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+        announced["messages"], option=orjson.OPT_SORT_KEYS)

@@ -85,8 +85,9 @@ def plan_answer(body: dict[str, Any]) -> Script:
     called = _called_since_user(messages)
     seed = f"{len(messages)}:{newest}"
     pending = [w for w in wanted if w.partition(" ")[0] not in called]
-    # after a search, a tool outside the tool list is reached through call_tool when that is offered
-    dispatch = "call_tool" in offered and "tool_search" in called
+    # a tool outside the tool list is reached through call_tool when that is offered, once a search
+    # (or a <tools_update> in the newest message) has shown its schema
+    dispatch = "call_tool" in offered and ("tool_search" in called or "<tools_update>" in newest)
     if pending and (last.get("role") != "tool" or dispatch or any(w.partition(" ")[0] in offered for w in pending)):
         calls: list[ToolCall] = []
         missing: list[str] = []

@@ -15,12 +15,13 @@ import fnmatch
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from proxy.config import ToolsConfig
+from proxy.context.update import with_update
 from proxy.conversations import TurnKind
 from proxy.hidden import found_tools, splice
 from proxy.ingress import ChatRequest
@@ -49,6 +50,13 @@ def _valid_tools(tools: Any) -> bool:
         isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
         for t in tools
     )
+
+
+def tools_update(entries: Sequence[Any]) -> str:
+    schemas = [{"name": e.name, "description": e.description,
+                "parameters": e.tool.get("function", {}).get("parameters", {})} for e in entries]
+    return ("<tools_update>\nThese tools are not in your tool list; call them through call_tool with their name "
+            "and arguments:\n" + orjson.dumps(schemas, option=orjson.OPT_SORT_KEYS).decode() + "\n</tools_update>")
 
 
 def generic_calls(messages: list[dict[str, Any]], records: Sequence[Any]) -> list[dict[str, Any]]:
@@ -214,17 +222,51 @@ class ToolPlanner:
         newest = request.location.chain.newest_user
         earlier = [r for r in request.location.records if newest is None or r.chain_hash != newest.hash]
         appended: list[str] = next((list(r.tool_block) for r in reversed(earlier) if r.tool_block is not None), [])
+        known = len(appended)
         base = set(frozen["surfaced"]) | set(appended)
-        if request.tenant.tools.stability == "segment":  # dispatch and auto: the block never grows
-            appended += [n for n in self._ordered(pinned, messages, request) if n not in base]
+        new = [n for n in self._ordered(pinned, messages, request) if n not in base]
+        if request.tenant.tools.stability != "segment":  # dispatch, auto: the block never grows
+            return self._announce(request, catalog, messages, frozen, appended, new)
+        appended += new
         rendered = [*frozen["block"], *(catalog.entries[catalog.by_name[n]].tool for n in appended)]
         surfaced = [*frozen["surfaced"], *appended]
         deferred = [n for n in frozen["deferred"] if n not in set(appended)]
         self._count(request, catalog, surfaced, deferred)
         planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, "segment")
-        grew = len(appended) > len(next((r.tool_block for r in reversed(earlier) if r.tool_block is not None), []))
-        planned = planned.with_note(tool_block_grew=True) if grew else planned
+        planned = planned.with_note(tool_block_grew=True) if len(appended) > known else planned
         return planned.with_record(tool_block=appended)
+
+    def _announce(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
+                  frozen: dict[str, Any], announced: list[str], new: list[str]) -> ChatRequest:
+        """Dispatch: tools needed now but outside the frozen block are not added to it; their
+        schemas go to the newest user message as a <tools_update> (the tail of the prompt), so
+        the model can call them through call_tool without a search round trip."""
+        assert request.location is not None
+        newest = request.location.chain.newest_user
+        updates = {r.chain_hash: r.tools_update for r in request.location.records if r.tools_update}
+        fields: dict[str, Any] = {}
+        if request.location.kind is not TurnKind.REGENERATED and newest is not None:
+            text = tools_update(catalog.entries_for(new)) if new else None
+            if text:
+                updates[newest.hash] = text
+            fields = {"tool_block": [*announced, *new], "tools_update": text}
+        client = list(request.client_messages)
+        by_object = {}
+        for link in request.location.chain.user_links:
+            if link.hash in updates and link.index < len(client):
+                by_object[id(client[link.index])] = (link.index, updates[link.hash])
+        rendered_messages = []
+        for message in messages:
+            hit = by_object.get(id(message))
+            if hit is not None:
+                message = with_update(message, hit[1])
+                client[hit[0]] = message  # so later planners still recognise the client's message
+            rendered_messages.append(message)
+        surfaced = list(frozen["surfaced"])
+        deferred = [n for n in frozen["deferred"] if n not in set(announced) | set(new)]
+        self._count(request, catalog, surfaced, deferred)
+        planned = self._planned(request, catalog, rendered_messages, frozen["block"], surfaced, deferred, "segment")
+        return replace(planned, client_messages=tuple(client)).with_record(**fields)
 
     @staticmethod
     def _ordered(pinned: set[str], messages: Sequence[dict[str, Any]], request: ChatRequest) -> list[str]:
