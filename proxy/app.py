@@ -24,6 +24,10 @@ from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
 from proxy.errors import BodyTooLargeError, ProxyError, error_body
 from proxy.ingress import Authenticator, Caller, parse_chat, request_id
+from proxy.memory.api import MemoryApi
+from proxy.memory.book import MemoryBook
+from proxy.memory.jobs import MemoryJobs
+from proxy.memory.worker import MemoryPlanner, MemoryWorker
 from proxy.metrics import Metrics
 from proxy.pipeline import Exchange, Pipeline, Planner
 from proxy.relay import Outcome, relay, upstream_headers
@@ -55,6 +59,9 @@ class Keel:
         self.auth = Authenticator(config.tenants)
         self.conversations = Conversations(store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
+        self.memory_book = MemoryBook(store)
+        self.memory_jobs = MemoryJobs(store)
+        self.memory_worker = MemoryWorker(config, self.memory_book, self.memory_jobs, upstream, self.metrics)
         self.pipeline = Pipeline(self.default_planners() if planners is None else planners, self.metrics,
                                  self.conversations)
 
@@ -67,8 +74,10 @@ class Keel:
         tools = ToolPlanner(CatalogCache(self.tokens), rankers.for_config, self.metrics,
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics),
                             self.store, self.config.store.conversation_ttl_seconds)
-        # Tools first (it splices hidden exchanges by the client's indexes), then context, then cache hints.
-        return [tools, ContextPlanner(self.conversations), CachePlanner()]
+        # Tools first (it splices hidden exchanges by the client's indexes), then the memory job,
+        # then context (memory is one of its sources), then cache hints.
+        return [tools, MemoryPlanner(self.memory_jobs), ContextPlanner(self.conversations, memory=self.memory_book),
+                CachePlanner()]
 
     async def read_body(self, request: Request) -> bytes:
         limit = self.config.server.body_limit_bytes
@@ -91,6 +100,8 @@ class Keel:
 
         def done(outcome: Outcome) -> None:
             elapsed = time.perf_counter() - started
+            if route == "chat":
+                self.memory_worker.wake()  # the turn is delivered: its memory job may run
             self.metrics.observe_request(tenant, route, outcome.status, elapsed, bytes_in, outcome.bytes_out)
             if log.isEnabledFor(logging.INFO):
                 log.info(
@@ -170,6 +181,7 @@ class Keel:
         return bool(self.config.tenants) and await self.store.ping()
 
     async def aclose(self) -> None:
+        await self.memory_worker.stop()
         await self.upstream.aclose()
         await self.store.close()
 
@@ -195,6 +207,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
+        if any(t.memory.enabled for t in config.tenants):
+            keel.memory_worker.start()
         yield
         await keel.aclose()
 
@@ -236,6 +250,11 @@ def create_app(
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.router.add_route("/readyz", readyz, methods=["GET"])
     app.router.add_route("/metrics", metrics, methods=["GET"])
+    memory = MemoryApi(keel.auth, keel.memory_book)
+    app.router.add_route("/v1/keel/memory", guarded(memory.list), methods=["GET"])
+    app.router.add_route("/v1/keel/memory", guarded(memory.delete), methods=["DELETE"])
+    app.router.add_route("/v1/keel/memory/{key}", guarded(memory.put), methods=["PUT"])
+    app.router.add_route("/v1/keel/memory/{key}", guarded(memory.delete), methods=["DELETE"])
     app.router.add_route("/v1/{path:path}", guarded(passthrough), methods=methods)
 
     @app.exception_handler(HTTPException)

@@ -60,9 +60,10 @@ class StoreConfig(_Model):
 
 class AuthConfig(_Model):
     keys: tuple[str, ...] = Field((), description="'sha256:<hex>' or 'env:VAR' entries")
+    admin_keys: tuple[str, ...] = Field((), description="keys that may also manage any user's memory in the tenant")
     passthrough: bool = Field(False, description="forward the client's own Authorization upstream")
 
-    @field_validator("keys")
+    @field_validator("keys", "admin_keys")
     @classmethod
     def _key_forms(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
         for key in keys:
@@ -74,10 +75,10 @@ class AuthConfig(_Model):
                 raise ValueError("each key must be 'sha256:<hex>' or 'env:VAR' (never the key itself)")
         return keys
 
-    def key_digests(self) -> tuple[bytes, ...]:
+    def key_digests(self, admin: bool = False) -> tuple[bytes, ...]:
         """SHA-256 digests of every accepted key; env keys are read and hashed at load time."""
         digests = []
-        for key in self.keys:
+        for key in self.admin_keys if admin else self.keys:
             if key.startswith("sha256:"):
                 digests.append(bytes.fromhex(key.removeprefix("sha256:")))
             else:
@@ -186,10 +187,34 @@ class ContextConfig(_Model):
         return zone
 
 
+DEFAULT_MEMORY_INSTRUCTIONS = (
+    "You maintain a small memory about the user. Store only what the user explicitly asks you to remember, "
+    "update what they ask you to change, and delete what they ask you to forget. Use set_memory and "
+    "delete_memory; call nothing when the user asked for none of this."
+)
+DEFAULT_MEMORY_QUESTION = "Does the user's newest message ask to remember, update or forget something about them?"
+
+
+class MemoryGateConfig(_Model):
+    enabled: bool = True
+    backend: Literal["lexical"] = Field("lexical", description="lexical: embedded, multilingual, no network")
+    threshold: float = Field(0.5, ge=0, le=1, description="below it the memory model does not run")
+    question: str = Field(DEFAULT_MEMORY_QUESTION, description="the yes/no question (for model-backed gates)")
+    context_messages: int = Field(3, ge=0, description="earlier messages sent with the newest one, as context")
+    timeout_ms: int = Field(2000, ge=1, description="deadline for one gate judgment; on timeout the model runs")
+
+
 class MemoryConfig(_Model):
-    """Per-user memory with a classifier gate (filled in by the memory issue)."""
+    """Per-user memory with a classifier gate in front of the memory model."""
 
     enabled: bool = False
+    model: str = Field("gpt-4o-mini", description="the memory model")
+    endpoint: str | None = Field(None, description="its base URL; default: the tenant's upstream")
+    api_key_env: str | None = Field(None, description="its key; default: the tenant's upstream key")
+    instructions: str = Field(DEFAULT_MEMORY_INSTRUCTIONS, description="the memory model's instructions")
+    valid_keys: tuple[str, ...] = Field((), description="optional categories the memory keys must use")
+    token_limit: int = Field(2000, ge=1, description="memory larger than this (estimated) is not sent in full")
+    gate: MemoryGateConfig = MemoryGateConfig()
 
 
 class CacheConfig(_Model):
@@ -216,7 +241,7 @@ class TenantConfig(_Model):
 
     @model_validator(mode="after")
     def _has_auth(self) -> TenantConfig:
-        if not self.auth.keys and not self.auth.passthrough:
+        if not self.auth.keys and not self.auth.admin_keys and not self.auth.passthrough:
             raise ValueError("auth needs keys or passthrough: true")
         return self
 

@@ -28,13 +28,16 @@ from proxy.errors import AuthenticationError, BadRequestError
 class Caller:
     tenant: TenantConfig
     upstream_authorization: str | None  # the header value to send upstream
+    admin: bool = False  # may manage any user's memory in its tenant
+    keyed: bool = False  # authenticated by a Keel key (not a passthrough tenant's own provider key)
 
 
 class Authenticator:
     """Maps a request's key to its tenant; every configured digest is compared in constant time."""
 
     def __init__(self, tenants: tuple[TenantConfig, ...]) -> None:
-        self._keyed = [(digest, t) for t in tenants for digest in t.auth.key_digests()]
+        self._keyed = [(digest, t, False) for t in tenants for digest in t.auth.key_digests()]
+        self._keyed += [(digest, t, True) for t in tenants for digest in t.auth.key_digests(admin=True)]
         self._by_id = {t.id: t for t in tenants}
         self._default = next((t for t in tenants if t.default and t.auth.passthrough), None)
 
@@ -54,12 +57,12 @@ class Authenticator:
                 return Caller(tenant, authorization or None)
         if token:
             digest = hashlib.sha256(token.encode()).digest()
-            match: TenantConfig | None = None
-            for candidate, tenant in self._keyed:
+            match: tuple[TenantConfig, bool] | None = None
+            for candidate, tenant, admin in self._keyed:
                 if hmac.compare_digest(candidate, digest) and match is None:
-                    match = tenant
+                    match = (tenant, admin)
             if match is not None:
-                return Caller(match, self._upstream_auth(match))
+                return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True)
         if named is None and self._default is not None:
             return Caller(self._default, authorization or None)
         if not token:

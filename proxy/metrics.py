@@ -48,6 +48,11 @@ class Metrics:
                                      ["tenant"], registry=r)
         self.cache_write_tokens = Counter("keel_cache_write_tokens", "Prompt tokens written to the provider's cache",
                                           ["tenant"], registry=r)
+        self.memory_gate = Counter("keel_memory_gate_decisions", "Memory gate outcomes (run, skip, failed)",
+                                   ["tenant", "outcome"], registry=r)
+        self.memory_model_runs = Counter("keel_memory_model_runs", "Memory model runs by result", ["tenant", "result"],
+                                         registry=r)
+        self.memory_tokens = Counter("keel_memory_tokens", "Tokens the memory model used", ["tenant"], registry=r)
         self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
 
     def observe_request(self, tenant: str, route: str, status: int, seconds: float, bytes_in: int,

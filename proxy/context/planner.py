@@ -21,6 +21,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from proxy.context.update import State, diff, sample, with_update
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
 from proxy.ingress import ChatRequest
+from proxy.memory.book import MemoryBook
+from proxy.memory.worker import memory_user
 from proxy.messages import message_text
 
 log = logging.getLogger("keel.context")
@@ -37,9 +39,12 @@ def _zone(request: ChatRequest) -> ZoneInfo:
     return ZoneInfo("UTC")
 
 
-def anchor_system(client_system: str, date: str | None) -> str:
-    """The frozen system prompt: the client's, then Keel's own context (the local date)."""
-    keel = f"<keel_context>\nCurrent date: {date}\n</keel_context>" if date else ""
+def anchor_system(client_system: str, date: str | None, memory: dict[str, str] | None = None) -> str:
+    """The frozen system prompt: the client's, then Keel's own context (the date, the user's memory)."""
+    parts = [f"Current date: {date}"] if date else []
+    if memory:
+        parts.append("<memory>\n" + "\n".join(f"- {k}: {v}" for k, v in sorted(memory.items())) + "\n</memory>")
+    keel = "<keel_context>\n" + "\n".join(parts) + "\n</keel_context>" if parts else ""
     return "\n\n".join(part for part in (client_system, keel) if part)
 
 
@@ -56,9 +61,11 @@ def known_state(location: Location, anchor: SegmentAnchor) -> State:
 class ContextPlanner:
     name = "context"
 
-    def __init__(self, conversations: Conversations, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, conversations: Conversations, clock: Callable[[], float] = time.time,
+                 memory: MemoryBook | None = None) -> None:
         self.conversations = conversations
         self.clock = clock
+        self.memory = memory
 
     def applies(self, request: ChatRequest) -> bool:
         return request.tenant.context.stable
@@ -73,7 +80,9 @@ class ContextPlanner:
         messages = request.body["messages"]
         systems = [m for m in messages if m.get("role") in CONTEXT_ROLES]
         client_system = "\n\n".join(message_text(m) for m in systems)
-        current = sample(client_system, date)
+        user = memory_user(request) if self.memory is not None else None
+        memory = await self.memory.entries(request.tenant.id, user) if self.memory is not None and user else None
+        current = sample(client_system, date, memory)
         anchor, lost = await self._anchor(location, client_system, date, current, now.timestamp())
 
         updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
@@ -99,8 +108,8 @@ class ContextPlanner:
                 return stored, False
             lost = True
             log.info("anchor_lost", extra={"segment": location.segment})
-        anchor = SegmentAnchor(location.segment, location.conversation, anchor_system(client_system, date), state,
-                               None, created)
+        system = anchor_system(client_system, date, state.get("memory"))
+        anchor = SegmentAnchor(location.segment, location.conversation, system, state, None, created)
         if await self.conversations.write_anchor(location.chain, anchor):
             return anchor, lost
         return await self.conversations.read_anchor(location.chain, location.segment) or anchor, lost

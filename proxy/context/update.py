@@ -20,12 +20,13 @@ PREAMBLE = (
 )
 
 
-def sample(system_text: str, date: str | None) -> State:
+def sample(system_text: str, date: str | None, memory: dict[str, str] | None = None) -> State:
     sections = split_sections(system_text)
     return {
         "sections": {s.key: s.text for s in sections},
         "order": [s.key for s in sections],
         "date": date,
+        "memory": dict(memory or {}),
     }
 
 
@@ -41,6 +42,14 @@ def diff(known: State, now: State, sent_at: str | None = None) -> str | None:
     for key in known.get("order", []):
         if key not in new:
             lines.append(f'Removed section "{key}": disregard it.')
+    old_memory, new_memory = known.get("memory") or {}, now.get("memory") or {}
+    for key in sorted(new_memory):
+        if key not in old_memory:
+            lines.append(f"Memory entry added: {key}: {new_memory[key]}")
+        elif old_memory[key] != new_memory[key]:
+            lines.append(f"Memory entry changed: {key}: {new_memory[key]}")
+    for key in sorted(set(old_memory) - set(new_memory)):
+        lines.append(f"Memory entry removed: {key} (forget it).")
     if now.get("date") and now.get("date") != known.get("date"):
         lines.append(f"The current date is now {now['date']}.")
     if sent_at:

@@ -15,6 +15,7 @@ called through `call_tool` (Keel's dispatch stability).
     [[cut]]                   (streaming) break the connection after the first chunks
     [[words 40]]              answer with that many words
 After a tool result (the last message has role `tool`) it answers with text about it.
+Offered `set_memory`, it acts as a memory model: it stores what the newest message asks to keep.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ def plan_answer(body: dict[str, Any]) -> Script:
         result = message_text(last)[:200]
         name = _tool_name_for(messages, last.get("tool_call_id"))
         return _with(base, text=f"The {name} tool returned: {result}")
+    if "set_memory" in offered:
+        return _with(base, tool_calls=memory_ops(messages, seed))
     if "words" in found and found["words"].isdigit():
         count = int(found["words"])
         return _with(base, text=" ".join(f"word{i}" for i in range(count)))
@@ -143,6 +146,23 @@ def _seconds(found: dict[str, str], name: str) -> float:
 
 def _with(base: Script, **changes: Any) -> Script:
     return replace(base, **changes)
+
+
+def memory_ops(messages: list[dict[str, Any]], seed: str) -> tuple[ToolCall, ...]:
+    """The stand-in as a memory model: store what the newest user message asks to keep."""
+    users = [m for m in messages if m.get("role") == "user"]
+    text = message_text(users[-1]) if users else ""
+    lowered = text.lower()
+    if re.search(r"\b(yes|sure|ok)\b", lowered) and len(lowered) < 40:  # confirming an offer: keep what was offered
+        offer = next((message_text(m) for m in reversed(messages) if m.get("role") == "assistant"), "")
+        text = offer
+    key = next((k for w, k in (("prefer", "preference"), ("editor", "editor"), ("live", "location"),
+                               ("moved", "location"), ("location", "location"), ("name", "name")) if w in text.lower()),
+               "note")
+    if re.search(r"\bforget\b", lowered):
+        return (ToolCall(_call_id(seed, 0), "delete_memory", orjson.dumps({"key": key}).decode()),)
+    value = re.sub(r"^(please\s+)?(remember|note) (that\s+)?", "", text.strip(), flags=re.IGNORECASE)
+    return (ToolCall(_call_id(seed, 0), "set_memory", orjson.dumps({"key": key, "value": value}).decode()),)
 
 
 def _called_since_user(messages: list[dict[str, Any]]) -> set[str]:

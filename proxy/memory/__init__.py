@@ -1,0 +1,1 @@
+"""Gated per-user memory: one cheap judgment decides whether the memory model runs after a turn."""

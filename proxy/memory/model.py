@@ -1,0 +1,60 @@
+"""The memory model: instructions, the user's memory, the recent messages, and two tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.config import TenantConfig
+from proxy.upstream import Upstream
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "set_memory", "description": "Store or update one memory entry for this user.",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "string"}},
+                       "required": ["key", "value"]}}},
+    {"type": "function", "function": {
+        "name": "delete_memory", "description": "Delete one memory entry of this user.",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}},
+]
+
+
+class MemoryModelError(Exception):
+    pass
+
+
+async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dict[str, str],
+                           window: list[dict[str, Any]], hint: str | None) -> tuple[list[tuple[str, str, str]], Any]:
+    """Ask the memory model what to change; returns [(op, key, value)] and its usage."""
+    cfg = tenant.memory
+    current = "\n".join(f"- {k}: {v}" for k, v in sorted(memory.items())) or "(empty)"
+    system = f"{cfg.instructions}\n\nThe user's memory now:\n{current}"
+    if cfg.valid_keys:
+        system += "\n\nUse only these keys: " + ", ".join(cfg.valid_keys)
+    if hint:
+        system += f"\n\n<memory_hint>{hint}</memory_hint>"
+    body = {"model": cfg.model, "messages": [{"role": "system", "content": system}, *window], "tools": TOOLS}
+    base = (cfg.endpoint or tenant.upstream.base_url).rstrip("/")
+    key = (tenant.upstream.api_key() if not cfg.api_key_env else None) or _env(cfg.api_key_env)
+    headers = {"content-type": "application/json", **({"authorization": f"Bearer {key}"} if key else {})}
+    response = await upstream.open("POST", base + "/chat/completions", headers, orjson.dumps(body))
+    raw = await response.read()
+    if response.status != 200:
+        raise MemoryModelError(f"memory model answered {response.status}")
+    data = orjson.loads(raw)
+    ops = []
+    for call in data["choices"][0]["message"].get("tool_calls") or []:
+        args = orjson.loads(call["function"].get("arguments") or "{}")
+        name = call["function"]["name"]
+        if name == "set_memory" and isinstance(args.get("key"), str):
+            ops.append(("set", args["key"], str(args.get("value", ""))))
+        elif name == "delete_memory" and isinstance(args.get("key"), str):
+            ops.append(("delete", args["key"], ""))
+    return ops, data.get("usage")
+
+
+def _env(name: str | None) -> str | None:
+    import os
+
+    return os.environ.get(name) if name else None

@@ -1,0 +1,210 @@
+"""Gated memory: the gate, the durable after-turn job, the memory model, the API, memory as context."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from conftest import KEY, KEY_DIGEST, ServerThread, keel_config, tenant
+
+from proxy.config import parse_config
+from proxy.memory.gate import LexicalMemoryGate
+
+ADMIN = "sk-admin"
+ADMIN_DIGEST = __import__("hashlib").sha256(ADMIN.encode()).hexdigest()
+OFFER = {"role": "assistant", "content": "You use Neovim. Should I remember your editor for next time?"}
+
+
+@pytest.mark.parametrize("text, context, expected", [
+    ("Please remember that I prefer answers in Japanese", [], True),
+    ("Forget where I live", [], True),
+    ("Actually I moved to Osaka, update my location", [], True),
+    ("yes, remember that", [OFFER], True),
+    ("Recuerda que prefiero respuestas cortas", [], True),
+    ("覚えておいて：私はベジタリアンです", [], True),
+    ("I prefer answers in Japanese from now on", [], False),
+    ("my name is Ali", [], False),
+    ("I work as a product designer at YankoDesign, can you help me draft an email?", [], False),
+    ("thanks, that was helpful", [], False),
+    ("yes", [{"role": "assistant", "content": "Shall I continue with the draft?"}], False),
+    ("do you remember what I said about my editor?", [], False),
+])
+def test_gate_judges_the_newest_message(text: str, context: list[dict[str, Any]], expected: bool) -> None:
+    """Explicit requests (also after an offer, in several languages) pass; stated facts do not."""
+    assert (LexicalMemoryGate().judge(text, context, (), {}).probability >= 0.5) is expected
+
+
+def test_category_only_with_valid_keys_and_update_phrasing() -> None:
+    gate = LexicalMemoryGate()
+    assert gate.judge("remember my editor is vim", [], (), {}).category is None
+    assert gate.judge("remember my editor is vim", [], ("editor", "language"), {}).category == "editor"
+    assert gate.judge("please remember I like tea", [], ("editor",), {}).category is None  # nothing fits: dropped
+    assert gate.judge("actually I moved to Osaka, update my location", [], (), {"location": "Kyoto"}).updates
+
+
+def test_defaults_filled_at_load() -> None:
+    config = parse_config({"tenants": [{"id": "t", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]},
+                                        "upstream": {"base_url": "http://u"}, "memory": {"enabled": True}}]})
+    memory = config.tenants[0].memory
+    assert memory.gate.threshold == 0.5 and memory.gate.enabled and "explicitly asks" in memory.instructions
+
+
+def memory_tenant(url: str, **memory: Any) -> dict[str, Any]:
+    data = tenant(url, memory={"enabled": True, **memory}, context={"stable": True})
+    data["auth"]["admin_keys"] = [f"sha256:{ADMIN_DIGEST}"]
+    return data
+
+
+def memory_calls(standin: ServerThread) -> int:
+    return sum(1 for r in standin.app.state.standin.requests
+               if any(t["function"]["name"] == "set_memory" for t in r.get("tools", [])))
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def entries(keel: ServerThread, user: str, key: str = KEY) -> dict[str, str]:
+    r = httpx.get(keel.url + "/v1/keel/memory", headers={"authorization": f"Bearer {key}", "x-keel-user": user})
+    data: dict[str, str] = r.json()["entries"]
+    return data
+
+
+def test_six_turns_one_memory_model_run(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """Open a page, find links, thanks, a stated preference, "please remember" it, a screenshot:
+    the memory model runs once, and the preference is saved."""
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
+    client = openai.OpenAI(base_url=keel.url + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={"x-keel-user": "ali"})
+    turns = ["open example.com", "find the links on that page", "thanks!", "I prefer dark mode screenshots",
+             "please remember that I prefer dark mode screenshots", "take a screenshot of the page"]
+    history: list[dict[str, Any]] = []
+    for text in turns:
+        history.append({"role": "user", "content": text})
+        reply = client.chat.completions.create(model="m", messages=history)  # type: ignore[arg-type]
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    assert wait_for(lambda: entries(keel, "ali") != {})
+    time.sleep(0.3)
+    assert memory_calls(standin) == 1
+    assert entries(keel, "ali") == {"preference": "I prefer dark mode screenshots"}
+    metrics = httpx.get(keel.url + "/metrics").text
+    assert 'keel_memory_gate_decisions_total{outcome="skip",tenant="acme"} 5.0' in metrics
+    assert 'keel_memory_model_runs_total{result="ok",tenant="acme"} 1.0' in metrics
+
+
+def test_memory_change_arrives_as_context_update(standin: ServerThread,
+                                                 start_keel: Callable[..., ServerThread]) -> None:
+    """A saved memory reaches the model as a <context_update>; the system prompt stays byte-identical."""
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
+    headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "bo"}
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": "remember that my editor is helix"}]
+    first = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+    system = standin.app.state.standin.requests[-1]["messages"][0]
+    assert wait_for(lambda: entries(keel, "bo") == {"editor": "my editor is helix"})
+    history += [first.json()["choices"][0]["message"], {"role": "user", "content": "what's next?"}]
+    httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+    sent = [r for r in standin.app.state.standin.requests if "set_memory" not in str(r.get("tools"))][-1]
+    assert sent["messages"][0] == system
+    assert "Memory entry added: editor: my editor is helix" in sent["messages"][-1]["content"]
+
+
+def test_regeneration_is_not_judged_again(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
+    headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "cy"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "please remember that I live in Lyon"}]}
+    for _ in range(3):
+        httpx.post(keel.url + "/v1/chat/completions", headers=headers, json=body)
+    assert wait_for(lambda: entries(keel, "cy") != {})
+    time.sleep(0.3)
+    assert memory_calls(standin) == 1
+
+
+def test_gate_failure_runs_the_memory_model(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """A gate that fails (here: times out) resolves to running the memory model as usual."""
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate={"timeout_ms": 1})))
+
+    class SlowGate:
+        def judge(self, *args: Any) -> Any:
+            time.sleep(0.2)
+            raise AssertionError("never reached in time")
+
+    keel.app.state.keel.memory_worker.gate = SlowGate()
+    httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "di"},
+               json={"model": "m", "messages": [{"role": "user", "content": "thanks"}]})
+    assert wait_for(lambda: memory_calls(standin) == 1)
+    assert 'keel_memory_gate_decisions_total{outcome="failed",tenant="acme"} 1.0' in httpx.get(
+        keel.url + "/metrics").text
+
+
+def test_api_scoping(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """Users see only their own memory; an admin may manage any user of its tenant, never another tenant."""
+    other_key = "sk-other-tenant"
+    other = tenant(standin.url + "/v1", id="globex", memory={"enabled": True})
+    other["auth"] = {"keys": [f"sha256:{__import__('hashlib').sha256(other_key.encode()).hexdigest()}"]}
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1"), other))
+    base = keel.url + "/v1/keel/memory"
+
+    def call(method: str, path: str = "", key: str = KEY, user: str | None = "alice", **kw: Any) -> httpx.Response:
+        headers = {"authorization": f"Bearer {key}", **({"x-keel-user": user} if user else {})}
+        return httpx.request(method, base + path, headers=headers, **kw)
+
+    assert call("PUT", "/editor", json={"value": "vim"}).status_code == 200
+    assert call("GET").json()["entries"] == {"editor": "vim"}
+    assert call("GET", user="bob").json()["entries"] == {}  # B never sees A's
+    assert call("GET", "?user=alice", user="bob").status_code == 401  # naming a user needs an admin key
+    assert call("GET", "?user=alice", key=ADMIN, user=None).json()["entries"] == {"editor": "vim"}
+    assert call("GET", key=other_key).json()["entries"] == {}  # another tenant's alice is another person
+    assert call("DELETE", "/editor", key=other_key).status_code == 404
+    assert call("DELETE", "/editor", key=ADMIN, user=None, params={"user": "alice"}).status_code == 200
+    assert call("GET").json()["entries"] == {}
+    call("PUT", "/a", json={"value": "1"})
+    assert call("DELETE").json()["deleted"] == "all" and call("GET").json()["entries"] == {}
+    assert call("GET", user=None).status_code == 400
+    assert call("PUT", "/x", content=b"not json").status_code == 400
+
+
+def test_job_survives_a_restart(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                tmp_path: Path) -> None:
+    """A job queued by a process that stopped before running it is finished by the next one."""
+    db = tmp_path / "keel.db"
+    config = keel_config(memory_tenant(standin.url + "/v1"), store={"url": f"sqlite:///{db}"})
+    first = start_keel(config)
+    first.app.state.keel.memory_worker.wake = lambda: None  # this process never gets to it
+    httpx.post(first.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "ed"},
+               json={"model": "m", "messages": [{"role": "user", "content": "please remember that my name is Ed"}]})
+    first.__exit__()
+    assert memory_calls(standin) == 0
+    second = start_keel(config)
+    assert wait_for(lambda: entries(second, "ed") == {"name": "my name is Ed"})
+
+
+async def test_window_without_user_message_makes_no_request(standin: ServerThread) -> None:
+    """A job whose window holds no user message is skipped without any request."""
+    from proxy.memory.book import MemoryBook
+    from proxy.memory.jobs import MemoryJobs
+    from proxy.memory.worker import MemoryWorker
+    from proxy.metrics import Metrics
+    from proxy.stores.sqlite import SqliteStore
+    from proxy.upstream_aiohttp import AiohttpUpstream
+
+    config = keel_config(memory_tenant(standin.url + "/v1"))
+    store = SqliteStore(":memory:")
+    upstream = AiohttpUpstream(config.server)
+    worker = MemoryWorker(config, MemoryBook(store), MemoryJobs(store), upstream, Metrics())
+    before = len(standin.app.state.standin.requests)
+    await worker.process(config.tenants[0], {"user": "u", "chain_hash": "h",
+                                             "window": [{"role": "assistant", "content": "hello"}]})
+    assert len(standin.app.state.standin.requests) == before
+    await upstream.aclose()
+    await store.close()
