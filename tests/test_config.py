@@ -70,7 +70,8 @@ def test_example_documents_every_key() -> None:
     from proxy import config as c
 
     models = (c.KeelConfig, c.ServerConfig, c.StoreConfig, c.TenantConfig, c.TimeoutsConfig, c.UpstreamConfig,
-              c.ToolsConfig, c.DeferConfig, c.SelectConfig, c.SearchConfig, c.PriceConfig, c.ContextConfig, c.CacheConfig)
+              c.ToolsConfig, c.DeferConfig, c.SelectConfig, c.SearchConfig, c.PriceConfig, c.ContextConfig, c.CacheConfig,
+              c.MemoryConfig, c.MemoryGateConfig, c.AuthConfig)
     for model in models:
         for name in model.model_fields:
             assert f"{name}:" in text, f"{model.__name__}.{name} is not documented"

@@ -25,6 +25,7 @@ _REQUEST = re.compile(
             r"\bforget (that|about|where|what|my|everything|it)\b|\bforget\b.*\b(please|now)\b|^\s*forget\b",
             r"\b(update|change|correct) (my|the) (memory|location|address|name|preference|info|details|profile)",
             r"\bupdate (that|it) in (your )?memory\b",
+            r"\b(change|update|correct|set|add|save|put|store)\b.{0,60}\b(in|to|into|from) (your )?memory\b",
             # Spanish
             r"\b(recuerda|recuérdalo|recordá|acuérdate|guarda (esto|eso|que)|guárdalo|no olvides|olvida|olvídalo|"
             r"actualiza (mi|la))\b",
@@ -32,11 +33,11 @@ _REQUEST = re.compile(
             r"\b(souviens-toi|rappelle-toi|retiens|n'oublie pas|oublie|mémorise|enregistre (ça|cela|que)|"
             r"mets à jour (mon|ma))\b",
             # German
-            r"\b(merk dir|merke dir|vergiss|speicher(e)? (das|dass)|aktualisiere (mein|meine)|behalte im kopf)\b",
+            r"\b(merk dir|merke dir|vergiss|speicher(e)?,?\s+(das|dass|bitte)|aktualisiere (mein\w*)|behalte im kopf)\b",
             # Portuguese
             r"\b(lembre(-se)?|lembra(-te)?|não esqueça|esqueça|memorize|guarde (isso|que)|atualize (meu|minha))\b",
             # Italian
-            r"\b(ricorda(ti)?|non dimenticare|dimentica|memorizza|aggiorna (il mio|la mia))\b",
+            r"\b(ricorda(ti|lo|la|melo)?|non dimenticare|dimentica|memorizza|aggiorna (il mio|la mia))\b",
             # Japanese
             r"(覚えて|覚えておいて|記憶して|忘れて|忘れないで|メモして|更新して)",
             # Chinese
@@ -55,7 +56,11 @@ _OFFER = re.compile(
     r"\b(should|shall|want me to|would you like me to) (i )?(remember|save|store|note)\b",
     re.IGNORECASE,
 )
-_QUESTION_ABOUT = re.compile(r"\b(do you|can you|what do you|how do you)\s+(remember|recall)\b", re.IGNORECASE)
+_QUESTION_ABOUT = re.compile(
+    r"\b(do you|can you|what do you|how do you)\s+(remember|recall)\b|"
+    r"\bhow (do|can|could|should) (i|we|one)\b.{0,20}\b(remember|memori[sz]e)\b|\bhow to (remember|memori[sz]e)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
