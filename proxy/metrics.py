@@ -53,6 +53,9 @@ class Metrics:
         self.memory_model_runs = Counter("keel_memory_model_runs", "Memory model runs by result", ["tenant", "result"],
                                          registry=r)
         self.memory_tokens = Counter("keel_memory_tokens", "Tokens the memory model used", ["tenant"], registry=r)
+        self.judgment_cost = Counter("keel_judgment_cost_usd", "What judgments and the memory model cost, priced from "
+                                     "tools.pricing (never mixed into responses' usage)", ["tenant", "judgment"],
+                                     registry=r)
         self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
 
     def observe_request(self, tenant: str, route: str, status: int, seconds: float, bytes_in: int,

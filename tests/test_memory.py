@@ -100,6 +100,8 @@ def test_six_turns_one_memory_model_run(standin: ServerThread, start_keel: Calla
     metrics = httpx.get(keel.url + "/metrics").text
     assert 'keel_memory_gate_decisions_total{outcome="skip",tenant="acme"} 5.0' in metrics
     assert 'keel_memory_model_runs_total{result="ok",tenant="acme"} 1.0' in metrics
+    cost = next(x for x in metrics.splitlines() if x.startswith("keel_judgment_cost_usd_total{"))
+    assert 'judgment="memory_model"' in cost and float(cost.split()[-1]) > 0
 
 
 def test_memory_change_arrives_as_context_update(standin: ServerThread,

@@ -29,6 +29,9 @@ async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dic
     """Ask the memory model what to change; returns [(op, key, value)] and its usage."""
     cfg = tenant.memory
     current = "\n".join(f"- {k}: {v}" for k, v in sorted(memory.items())) or "(empty)"
+    limit = cfg.token_limit * 4  # about four characters per token
+    if len(current) > limit:
+        current = current[:limit].rsplit("\n", 1)[0] + "\n(… more entries not shown)"
     system = f"{cfg.instructions}\n\nThe user's memory now:\n{current}"
     if cfg.valid_keys:
         system += "\n\nUse only these keys: " + ", ".join(cfg.valid_keys)

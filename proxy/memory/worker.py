@@ -124,6 +124,11 @@ class MemoryWorker:
         self.metrics.memory_model_runs.labels(tenant.id, "ok").inc()
         if isinstance(usage, dict):
             self.metrics.memory_tokens.labels(tenant.id).inc(usage.get("total_tokens", 0) or 0)
+            price = tenant.tools.pricing.get(cfg.model) or tenant.tools.pricing.get("default")
+            if price is not None:
+                cost = ((usage.get("prompt_tokens", 0) or 0) * price.input_per_mtok
+                        + (usage.get("completion_tokens", 0) or 0) * price.output_per_mtok) / 1e6
+                self.metrics.judgment_cost.labels(tenant.id, "memory_model").inc(cost)
         for op, key, value in ops:
             if op == "set" and (not cfg.valid_keys or key in cfg.valid_keys):
                 await self.book.put(tenant.id, job["user"], key, value)
