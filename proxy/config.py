@@ -197,7 +197,9 @@ DEFAULT_MEMORY_QUESTION = "Does the user's newest message ask to remember, updat
 
 class MemoryGateConfig(_Model):
     enabled: bool = True
-    backend: Literal["lexical"] = Field("lexical", description="lexical: embedded, multilingual, no network")
+    backend: Literal["lexical", "llm"] = Field(
+        "lexical", description="lexical: embedded, multilingual, no network; llm: the memory model's endpoint, "
+        "P(yes) from logprobs")
     threshold: float = Field(0.5, ge=0, le=1, description="below it the memory model does not run")
     question: str = Field(DEFAULT_MEMORY_QUESTION, description="the yes/no question (for model-backed gates)")
     context_messages: int = Field(3, ge=0, description="earlier messages sent with the newest one, as context")

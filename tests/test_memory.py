@@ -210,3 +210,60 @@ async def test_window_without_user_message_makes_no_request(standin: ServerThrea
     assert len(standin.app.state.standin.requests) == before
     await upstream.aclose()
     await store.close()
+
+
+def test_p_yes_from_logprobs_and_from_text() -> None:
+    import math
+
+    from proxy.memory.llm_gate import GateAnswerError, p_yes
+
+    top = [{"token": "Yes", "logprob": math.log(0.6)}, {"token": "no", "logprob": math.log(0.2)}]
+    choice = {"message": {"content": "Yes"}, "logprobs": {"content": [{"token": "Yes", "logprob": math.log(0.6),
+                                                                        "top_logprobs": top}]}}
+    assert abs(p_yes(choice) - 0.75) < 1e-9
+    assert p_yes({"message": {"content": "no."}}) == 0.0 and p_yes({"message": {"content": "yes"}}) == 1.0
+    with pytest.raises(GateAnswerError):
+        p_yes({"message": {"content": "perhaps"}})
+
+
+def judge_calls(standin: ServerThread) -> int:
+    return sum(1 for r in standin.app.state.standin.requests if r.get("logprobs"))
+
+
+def test_llm_gate_backend(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """With the llm backend one yes/no request judges each new message; only a yes runs the memory model."""
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate={"backend": "llm"})))
+    headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "fa"}
+    history: list[dict[str, Any]] = []
+    for text in ("hello!", "please remember that I live in Porto"):
+        history.append({"role": "user", "content": text})
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+        history.append(reply.json()["choices"][0]["message"])
+    assert wait_for(lambda: entries(keel, "fa") != {})
+    time.sleep(0.2)
+    assert judge_calls(standin) == 2 and memory_calls(standin) == 1
+    judged = [r for r in standin.app.state.standin.requests if r.get("logprobs")][-1]["messages"][-1]["content"]
+    assert "<newest_message>\nplease remember that I live in Porto\n</newest_message>" in judged
+    assert "hello!" in judged.split("<newest_message>")[0]  # earlier messages only as context
+    assert 'judgment="memory_gate"' in httpx.get(keel.url + "/metrics").text  # the judgment's cost, recorded
+
+
+@pytest.mark.parametrize("failure", ["error", "unparseable"])
+def test_gate_errors_run_the_memory_model(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                          failure: str) -> None:
+    """A gate that errors or answers neither yes nor no resolves to running the memory model."""
+    gate: dict[str, Any] = {"backend": "llm"} if failure == "unparseable" else {}
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate=gate)))
+    if failure == "error":
+        class BrokenGate:
+            def judge(self, *args: Any) -> Any:
+                raise RuntimeError("gate backend down")
+
+        keel.app.state.keel.memory_worker.gate = BrokenGate()
+    text = "thanks [[judge garbage]]" if failure == "unparseable" else "thanks"
+    httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "gi"},
+               json={"model": "m", "messages": [{"role": "user", "content": text}]})
+    assert wait_for(lambda: memory_calls(standin) == 1)
+    metrics = httpx.get(keel.url + "/metrics").text
+    assert 'keel_memory_gate_decisions_total{outcome="failed",tenant="acme"} 1.0' in metrics
+    assert "judgment=\"memory_gate\"" not in metrics  # a failed judgment reports no usage

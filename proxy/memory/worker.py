@@ -16,8 +16,9 @@ from proxy.config import KeelConfig, TenantConfig
 from proxy.conversations import TurnKind
 from proxy.ingress import ChatRequest
 from proxy.memory.book import MemoryBook
-from proxy.memory.gate import LexicalMemoryGate, newest_window
+from proxy.memory.gate import GateResult, LexicalMemoryGate, newest_window
 from proxy.memory.jobs import MemoryJobs
+from proxy.memory.llm_gate import LlmMemoryGate
 from proxy.memory.model import run_memory_model
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream
@@ -93,6 +94,16 @@ class MemoryWorker:
             done += 1
         return done
 
+    def _price(self, tenant: TenantConfig, judgment: str, usage: Any) -> None:
+        """Record a judgment's cost from tools.pricing (never mixed into a response's usage)."""
+        if not isinstance(usage, dict):
+            return
+        price = tenant.tools.pricing.get(tenant.memory.model) or tenant.tools.pricing.get("default")
+        if price is not None:
+            cost = ((usage.get("prompt_tokens", 0) or 0) * price.input_per_mtok
+                    + (usage.get("completion_tokens", 0) or 0) * price.output_per_mtok) / 1e6
+            self.metrics.judgment_cost.labels(tenant.id, judgment).inc(cost)
+
     async def process(self, tenant: TenantConfig, job: dict[str, Any]) -> None:
         cfg = tenant.memory
         text, context = newest_window(job["window"], cfg.gate.context_messages)
@@ -102,9 +113,17 @@ class MemoryWorker:
         hint = None
         if cfg.gate.enabled:
             try:
-                result = await asyncio.wait_for(asyncio.to_thread(
-                    self.gate.judge, text, context, cfg.valid_keys, memory), cfg.gate.timeout_ms / 1000)
-            except Exception as exc:  # a failed gate runs the memory model as usual
+                if cfg.gate.backend == "llm":
+                    llm = LlmMemoryGate(self.upstream, tenant)
+                    judged: Any = llm.judge(text, context, cfg.valid_keys, memory)
+                else:
+                    judged = asyncio.to_thread(self.gate.judge, text, context, cfg.valid_keys, memory)
+                result = await asyncio.wait_for(judged, cfg.gate.timeout_ms / 1000)
+                if not isinstance(result, GateResult) or not 0 <= result.probability <= 1:
+                    raise ValueError(f"unparseable gate answer: {result!r}")
+                if cfg.gate.backend == "llm":
+                    self._price(tenant, "memory_gate", llm.usage)
+            except Exception as exc:  # timeout, error, unparseable: the memory model runs as usual
                 log.warning("memory_gate_failed", extra={"tenant": tenant.id, "error": repr(exc)})
                 self.metrics.memory_gate.labels(tenant.id, "failed").inc()
             else:
@@ -124,11 +143,7 @@ class MemoryWorker:
         self.metrics.memory_model_runs.labels(tenant.id, "ok").inc()
         if isinstance(usage, dict):
             self.metrics.memory_tokens.labels(tenant.id).inc(usage.get("total_tokens", 0) or 0)
-            price = tenant.tools.pricing.get(cfg.model) or tenant.tools.pricing.get("default")
-            if price is not None:
-                cost = ((usage.get("prompt_tokens", 0) or 0) * price.input_per_mtok
-                        + (usage.get("completion_tokens", 0) or 0) * price.output_per_mtok) / 1e6
-                self.metrics.judgment_cost.labels(tenant.id, "memory_model").inc(cost)
+        self._price(tenant, "memory_model", usage)
         for op, key, value in ops:
             if op == "set" and (not cfg.valid_keys or key in cfg.valid_keys):
                 await self.book.put(tenant.id, job["user"], key, value)

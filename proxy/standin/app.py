@@ -105,9 +105,13 @@ class StandIn:
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in script.tool_calls
             ]
+        logprobs = None
+        if script.logprobs:
+            first = script.logprobs[0]
+            logprobs = {"content": [{**first, "bytes": None, "top_logprobs": script.logprobs}]}
         payload = {
             "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": script.finish_reason}],
+            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": script.finish_reason}],
             "usage": usage,
         }
         return Response(orjson.dumps(payload), media_type="application/json", headers=headers)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,6 +44,7 @@ class ToolCall:
 @dataclass(frozen=True)
 class Script:
     text: str | None = None
+    logprobs: list[dict[str, Any]] | None = None  # for the first answer token
     tool_calls: tuple[ToolCall, ...] = ()
     error_status: int | None = None
     sleep: float = 0.0
@@ -115,6 +117,8 @@ def plan_answer(body: dict[str, Any]) -> Script:
         result = message_text(last)[:200]
         name = _tool_name_for(messages, last.get("tool_call_id"))
         return _with(base, text=f"The {name} tool returned: {result}")
+    if body.get("logprobs") and "<newest_message>" in newest:  # asked as a yes/no judge
+        return judge(newest, base)
     if "set_memory" in offered:
         return _with(base, tool_calls=memory_ops(messages, seed))
     if "words" in found and found["words"].isdigit():
@@ -146,6 +150,17 @@ def _seconds(found: dict[str, str], name: str) -> float:
 
 def _with(base: Script, **changes: Any) -> Script:
     return replace(base, **changes)
+
+
+def judge(prompt: str, base: Script) -> Script:
+    """The stand-in as a classifier: yes (p 0.9) when the judged message asks to remember, update or forget."""
+    judged = prompt.split("<newest_message>", 1)[1].split("</newest_message>", 1)[0].lower()
+    if "[[judge garbage]]" in judged:
+        return replace(base, text="maybe?")
+    yes = bool(re.search(r"\b(remember|forget|update)\b", judged))
+    top = [{"token": "yes", "logprob": math.log(0.9 if yes else 0.1)},
+           {"token": "no", "logprob": math.log(0.1 if yes else 0.9)}]
+    return replace(base, text="yes" if yes else "no", logprobs=top)
 
 
 def memory_ops(messages: list[dict[str, Any]], seed: str) -> tuple[ToolCall, ...]:
