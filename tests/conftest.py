@@ -22,6 +22,7 @@ from proxy.config import KeelConfig, parse_config  # noqa: E402
 from proxy.standin.app import StandIn, create_standin_app  # noqa: E402
 from proxy.tokens import TokenCounter  # noqa: E402
 
+REDIS_URL = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 KEY = "sk-keel-test"
 KEY_DIGEST = hashlib.sha256(KEY.encode()).hexdigest()
 CATALOGS = SHARED / "data" / "catalogs"
@@ -122,3 +123,17 @@ def start_keel(tmp_path: Path) -> Iterator[Callable[..., ServerThread]]:
 def keel(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> ServerThread:
     """Keel in front of a fresh stand-in, features off."""
     return start_keel(keel_config(tenant(standin.url + "/v1")))
+
+
+async def redis_or_skip() -> Any:
+    """A RedisStore on the test database, flushed; unreachable Redis skips, or fails under CI."""
+    from proxy.stores.redis import RedisStore
+
+    store = RedisStore(REDIS_URL)
+    if not await store.ping():
+        await store.close()
+        if os.environ.get("CI"):
+            pytest.fail(f"Redis at {REDIS_URL} is unreachable and CI is set")
+        pytest.skip(f"Redis at {REDIS_URL} is unreachable (set CI to make this a failure)")
+    await store._redis.flushdb()
+    return store

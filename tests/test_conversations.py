@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REDIS_URL, redis_or_skip
 
 from proxy.chain import build_chain, chain_seed
 from proxy.conversations import Conversations, SegmentAnchor, TurnKind
@@ -157,13 +157,8 @@ async def test_two_keel_processes_share_sqlite(tmp_path: Path) -> None:
 
 async def test_two_keel_processes_share_redis() -> None:
     """Two Keel processes on one Redis see one conversation."""
-    url = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-    a_store, b_store = RedisStore(url), RedisStore(url)
-    if not await a_store.ping():
-        if os.environ.get("CI"):
-            pytest.fail("Redis unreachable in CI")
-        pytest.skip("Redis unreachable")
-    await a_store._redis.flushdb()
+    a_store = await redis_or_skip()
+    b_store = RedisStore(REDIS_URL)
     await _two_processes(a_store, b_store)
     await a_store.close()
     await b_store.close()

@@ -3,33 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from conftest import redis_or_skip
 
 from proxy.stores import Store, key
 from proxy.stores.redis import RedisStore
 from proxy.stores.sqlite import SqliteStore
 
-REDIS_URL = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-
-
-async def redis_store() -> RedisStore:
-    store = RedisStore(REDIS_URL)
-    if not await store.ping():
-        await store.close()
-        if os.environ.get("CI"):
-            pytest.fail(f"Redis at {REDIS_URL} is unreachable and CI is set")
-        pytest.skip(f"Redis at {REDIS_URL} is unreachable")
-    await store._redis.flushdb()
-    return store
-
 
 @pytest.fixture(params=["sqlite", "redis"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = SqliteStore(str(tmp_path / "keel.db")) if request.param == "sqlite" else await redis_store()
+    s: Store = SqliteStore(str(tmp_path / "keel.db")) if request.param == "sqlite" else await redis_or_skip()
     yield s
     await s.close()
 

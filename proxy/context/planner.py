@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from proxy.context.update import State, diff, sample, with_update
+from proxy.context.update import State, diff, prepend_updates, sample
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
 from proxy.ingress import ChatRequest
 from proxy.memory.book import MemoryBook
@@ -94,8 +94,11 @@ class ContextPlanner:
             if update:
                 updates[newest.hash] = update
             fields = {"context_update": update, "context_state": current}
-        rendered = self._render(request, messages, anchor, updates, systems[0]["role"] if systems else "system")
-        planned = request.with_body({**request.body, "messages": rendered}).with_record(**fields)
+        role = systems[0]["role"] if systems else "system"
+        front = [{"role": role, "content": anchor.system}] if anchor.system else []
+        rest = [m for m in messages if m.get("role") not in CONTEXT_ROLES]
+        rendered, request = prepend_updates(request, rest, updates)
+        planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(**fields)
         return planned.with_note(anchor_lost=lost) if lost else planned
 
     async def _anchor(self, location: Location, client_system: str, date: str | None, state: State,
@@ -113,19 +116,3 @@ class ContextPlanner:
         if await self.conversations.write_anchor(location.chain, anchor):
             return anchor, lost
         return await self.conversations.read_anchor(location.chain, location.segment) or anchor, lost
-
-    def _render(self, request: ChatRequest, messages: list[dict[str, Any]], anchor: SegmentAnchor,
-                updates: dict[str, str], role: str) -> list[dict[str, Any]]:
-        assert request.location is not None
-        by_object = {}
-        for link in request.location.chain.user_links:
-            update = updates.get(link.hash)
-            if update and link.index < len(request.client_messages):
-                by_object[id(request.client_messages[link.index])] = update
-        rendered: list[dict[str, Any]] = [{"role": role, "content": anchor.system}] if anchor.system else []
-        for message in messages:
-            if message.get("role") in CONTEXT_ROLES:
-                continue
-            update = by_object.get(id(message))
-            rendered.append(with_update(message, update) if update else message)
-        return rendered

@@ -8,9 +8,11 @@ sends leaves no trace.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from proxy.context.sections import mask, split_sections
+from proxy.ingress import ChatRequest
 
 State = dict[str, Any]
 
@@ -57,6 +59,29 @@ def diff(known: State, now: State, sent_at: str | None = None) -> str | None:
     if not lines:
         return None
     return "<context_update>\n" + PREAMBLE + "\n\n" + "\n\n".join(lines) + "\n</context_update>"
+
+
+def prepend_updates(request: ChatRequest, messages: list[dict[str, Any]],
+                    updates: dict[str, str]) -> tuple[list[dict[str, Any]], ChatRequest]:
+    """Put each stored update (by the user message's chain hash) at the start of its message.
+
+    Client messages are found by identity (`request.client_messages`), so earlier planners
+    may have inserted messages around them; the returned request knows the rewritten objects,
+    so a later planner still recognises the client's messages."""
+    assert request.location is not None
+    client = list(request.client_messages)
+    by_object: dict[int, tuple[int, str]] = {}
+    for link in request.location.chain.user_links:
+        if link.hash in updates and link.index < len(client):
+            by_object[id(client[link.index])] = (link.index, updates[link.hash])
+    rendered = []
+    for message in messages:
+        hit = by_object.get(id(message))
+        if hit is not None:
+            message = with_update(message, hit[1])
+            client[hit[0]] = message
+        rendered.append(message)
+    return rendered, replace(request, client_messages=tuple(client))
 
 
 def with_update(message: dict[str, Any], update: str) -> dict[str, Any]:

@@ -15,13 +15,13 @@ import fnmatch
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from proxy.config import ToolsConfig
-from proxy.context.update import with_update
+from proxy.context.update import prepend_updates
 from proxy.conversations import TurnKind
 from proxy.hidden import found_tools, splice
 from proxy.ingress import ChatRequest
@@ -250,23 +250,12 @@ class ToolPlanner:
             if text:
                 updates[newest.hash] = text
             fields = {"tool_block": [*announced, *new], "tools_update": text}
-        client = list(request.client_messages)
-        by_object = {}
-        for link in request.location.chain.user_links:
-            if link.hash in updates and link.index < len(client):
-                by_object[id(client[link.index])] = (link.index, updates[link.hash])
-        rendered_messages = []
-        for message in messages:
-            hit = by_object.get(id(message))
-            if hit is not None:
-                message = with_update(message, hit[1])
-                client[hit[0]] = message  # so later planners still recognise the client's message
-            rendered_messages.append(message)
+        rendered_messages, request = prepend_updates(request, messages, updates)
         surfaced = list(frozen["surfaced"])
         deferred = [n for n in frozen["deferred"] if n not in set(announced) | set(new)]
         self._count(request, catalog, surfaced, deferred)
         planned = self._planned(request, catalog, rendered_messages, frozen["block"], surfaced, deferred, "segment")
-        return replace(planned, client_messages=tuple(client)).with_record(**fields)
+        return planned.with_record(**fields)
 
     @staticmethod
     def _ordered(pinned: set[str], messages: Sequence[dict[str, Any]], request: ChatRequest) -> list[str]:
