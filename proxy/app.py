@@ -67,11 +67,11 @@ class Keel:
 
     def default_planners(self) -> list[Planner]:
         """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""
-        rankers = Rankers()
+        rankers = Rankers(self.upstream, self.store)
         for tenant in self.config.tenants:
             if tenant.tools.enabled:
-                rankers.for_config(tenant.tools)  # load models at start, not on a request
-        tools = ToolPlanner(CatalogCache(self.tokens), rankers.for_config, self.metrics,
+                rankers.for_tenant(tenant)  # load models at start, not on a request
+        tools = ToolPlanner(CatalogCache(self.tokens), rankers.for_tenant, self.metrics,
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics),
                             self.store, self.config.store.conversation_ttl_seconds)
         # Tools first (it splices hidden exchanges by the client's indexes), then the memory job,

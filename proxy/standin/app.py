@@ -40,6 +40,7 @@ class StandIn:
         if rules != "none":
             self.tokens.encode("warm up")  # load the encoding at start, not on the first request
         self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # recent chat bodies, for tests
+        self.embedding_inputs = 0  # texts embedded so far, for tests
 
     def usage(self, body: dict[str, Any], script: Script, raw: bytes) -> dict[str, Any]:
         if self.rules == "none":  # no cache simulation: a cheap estimate (for overhead benchmarks)
@@ -122,6 +123,7 @@ class StandIn:
 
     async def embeddings(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
+        self.embedding_inputs += len(body["input"]) if isinstance(body.get("input"), list) else 1
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
         data = [{"object": "embedding", "index": i, "embedding": _pseudo_vector(t)} for i, t in enumerate(texts)]

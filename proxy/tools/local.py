@@ -112,18 +112,25 @@ class LocalRanker:
 
     def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
-        np = self.encoder._np
-        if not candidates:
-            return Ranking((), (), needs_tool_probability(0.0, query), None)
-        idx = np.asarray(candidates)
-        cosine = self._matrices[catalog.key][idx] @ vector
-        low, high = float(cosine.min()), float(cosine.max())
-        scaled = (cosine - low) / (high - low) if high > low else np.zeros_like(cosine)
-        bm25 = catalog.index.scores(query)
-        lexical = np.array([bm25.get(int(i), 0.0) for i in idx])
-        top_bm25 = float(lexical.max()) if len(lexical) else 0.0
-        fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
-        order = np.argsort(-fused, kind="stable")
-        scores = tuple(float(fused[i]) for i in order)
-        return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query),
-                       confidence(scores, shortlist))
+        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist)
+
+
+def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
+         shortlist: int) -> Ranking:
+    """0.2 x BM25/max + 0.8 x min-max-scaled cosine over the candidates (rows of `matrix`)."""
+    import numpy as np
+
+    if not candidates:
+        return Ranking((), (), needs_tool_probability(0.0, query), None)
+    idx = np.asarray(candidates)
+    cosine = matrix[idx] @ vector
+    low, high = float(cosine.min()), float(cosine.max())
+    scaled = (cosine - low) / (high - low) if high > low else np.zeros_like(cosine)
+    bm25 = catalog.index.scores(query)
+    lexical = np.array([bm25.get(int(i), 0.0) for i in idx])
+    top_bm25 = float(lexical.max()) if len(lexical) else 0.0
+    fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
+    order = np.argsort(-fused, kind="stable")
+    scores = tuple(float(fused[i]) for i in order)
+    return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query),
+                   confidence(scores, shortlist))

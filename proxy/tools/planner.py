@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from proxy.config import ToolsConfig
+from proxy.config import TenantConfig
 from proxy.context.update import prepend_updates
 from proxy.conversations import TurnKind
 from proxy.hidden import found_tools, splice
@@ -92,7 +92,7 @@ class _NoStore:
 class ToolPlanner:
     name = "tools"
 
-    def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[ToolsConfig], Ranker], metrics: Metrics,
+    def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
                  responder_for: Callable[[ToolPlan, Ranker], Any], store: Store | None = None,
                  ttl: float = 30 * 24 * 3600) -> None:
         self.store: Store | _NoStore = store if store is not None else _NoStore()
@@ -159,7 +159,7 @@ class ToolPlanner:
         dispatch = request.tenant.tools.stability in ("dispatch", "auto")
         plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome, dispatch)
         body = {**request.body, "tools": rendered, "messages": messages}
-        planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(request.tenant.tools)))
+        planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
 
     async def _select(self, request: ChatRequest, catalog: Catalog, query: str,
@@ -286,7 +286,7 @@ class ToolPlanner:
             return None, "not_ranked"
         started = time.perf_counter()
         try:
-            ranker = self.ranker_for(request.tenant.tools)
+            ranker = self.ranker_for(request.tenant)
             ranking = await asyncio.wait_for(ranker.rank(query, catalog, candidates, select.shortlist),
                                              select.timeout_ms / 1000)
         except Exception as exc:  # timeout, backend error: only the always-surfaced tools this turn

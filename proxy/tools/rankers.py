@@ -3,17 +3,36 @@
 from __future__ import annotations
 
 import logging
+import os
 
-from proxy.config import ToolsConfig
+from proxy.config import TenantConfig, ToolsConfig
+from proxy.stores import Store
 from proxy.tools.ranking import LexicalRanker, Ranker
+from proxy.upstream import Upstream
 
 log = logging.getLogger("keel.tools")
 
 
 class Rankers:
-    def __init__(self) -> None:
+    def __init__(self, upstream: Upstream | None = None, store: Store | None = None) -> None:
         self.lexical = LexicalRanker()
+        self.upstream, self.store = upstream, store
         self._local: dict[str, Ranker] = {}
+        self._embeddings: dict[tuple[str, str], Ranker] = {}
+
+    def for_tenant(self, tenant: TenantConfig) -> Ranker:
+        select = tenant.tools.select
+        if select.backend == "embeddings" and self.upstream is not None and self.store is not None:
+            base = select.endpoint or tenant.upstream.base_url
+            ranker = self._embeddings.get((base, select.model))
+            if ranker is None:
+                from proxy.tools.embeddings import EmbeddingsRanker
+
+                api_key = os.environ.get(select.api_key_env) if select.api_key_env else tenant.upstream.api_key()
+                ranker = EmbeddingsRanker(self.upstream, self.store, base, select.model, api_key)
+                self._embeddings[(base, select.model)] = ranker
+            return ranker
+        return self.for_config(tenant.tools)
 
     def for_config(self, config: ToolsConfig) -> Ranker:
         select = config.select
