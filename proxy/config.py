@@ -120,13 +120,15 @@ DEFAULT_NEEDS_TOOL_QUESTION = "Does answering the user's newest message need any
 
 class SelectConfig(_Model):
     enabled: bool = True
-    backend: Literal["lexical", "local", "embeddings"] = Field(
+    backend: Literal["lexical", "local", "embeddings", "llm"] = Field(
         "lexical", description="lexical: BM25, embedded; local: an ONNX sentence-embedding model fused with BM25; "
-        "embeddings: an OpenAI-compatible /v1/embeddings endpoint fused with BM25")
+        "embeddings: an OpenAI-compatible /v1/embeddings endpoint fused with BM25; llm: a chat model picks among "
+        "numbered candidates")
     model_dir: str | None = Field(None, description="the local backend's model directory (model.onnx, tokenizer.json)")
-    endpoint: str | None = Field(None, description="embeddings backend: base URL; default: the tenant's upstream")
-    model: str = Field("text-embedding-3-small", description="embeddings backend: the embedding model")
-    api_key_env: str | None = Field(None, description="embeddings backend: its key; default: the upstream key")
+    endpoint: str | None = Field(None, description="embeddings/llm backend: base URL; default: the tenant's upstream")
+    model: str | None = Field(None, description="embeddings/llm backend: the model (default text-embedding-3-small "
+                              "for embeddings, gpt-4o-mini for llm)")
+    api_key_env: str | None = Field(None, description="embeddings/llm backend: its key; default: the upstream key")
     shortlist: int = Field(5, ge=0, description="tools surfaced from the ranking")
     low_confidence_below: float = Field(0.25, ge=0, le=1, description="widen when the top scores are this close")
     low_confidence_extra: int = Field(3, ge=0, description="extra tools surfaced when confidence is low")

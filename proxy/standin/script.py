@@ -119,6 +119,8 @@ def plan_answer(body: dict[str, Any]) -> Script:
         return _with(base, text=f"The {name} tool returned: {result}")
     if body.get("logprobs") and "<newest_message>" in newest:  # asked as a yes/no judge
         return judge(newest, base)
+    if body.get("logprobs") and "<tools>" in newest:  # asked to pick tools
+        return pick(newest, base)
     if "set_memory" in offered:
         return _with(base, tool_calls=memory_ops(messages, seed))
     if "words" in found and found["words"].isdigit():
@@ -161,6 +163,19 @@ def judge(prompt: str, base: Script) -> Script:
     top = [{"token": "yes", "logprob": math.log(0.9 if yes else 0.1)},
            {"token": "no", "logprob": math.log(0.1 if yes else 0.9)}]
     return replace(base, text="yes" if yes else "no", logprobs=top)
+
+
+def pick(prompt: str, base: Script) -> Script:
+    """The stand-in as a tool picker: options whose name's first word the user message contains."""
+    options = re.findall(r"^(\d+)\. ([\w-]+):", prompt.split("</tools>")[0], re.MULTILINE)
+    message = prompt.split("<user_message>", 1)[1].split("</user_message>", 1)[0].lower()
+    if "[[judge garbage]]" in message:
+        return replace(base, text="maybe?")
+    picked = [n for n, name in options if name.split("_")[0].lower() in message]
+    yes = bool(picked)
+    top = [{"token": "yes", "logprob": math.log(0.8 if yes else 0.2)},
+           {"token": "no", "logprob": math.log(0.2 if yes else 0.8)}]
+    return replace(base, text=("yes" if yes else "no") + "\n" + (", ".join(picked) or "none"), logprobs=top)
 
 
 def memory_ops(messages: list[dict[str, Any]], seed: str) -> tuple[ToolCall, ...]:

@@ -297,6 +297,13 @@ class ToolPlanner:
         finally:
             self.metrics.judgment_seconds.labels(request.tenant.id, "tool_ranking").observe(
                 time.perf_counter() - started)
+        if ranking.usage:
+            pricing = request.tenant.tools.pricing
+            price = pricing.get(select.model or "") or pricing.get("default")
+            if price is not None:
+                cost = (ranking.usage.get("prompt_tokens", 0) * price.input_per_mtok
+                        + ranking.usage.get("completion_tokens", 0) * price.output_per_mtok) / 1e6
+                self.metrics.judgment_cost.labels(request.tenant.id, "tool_ranking").inc(cost)
         return ranking, "ranked"
 
     def _count(self, request: ChatRequest, catalog: Catalog, surfaced: list[str], deferred: list[str]) -> None:

@@ -24,14 +24,22 @@ class Rankers:
         select = tenant.tools.select
         if select.backend == "embeddings" and self.upstream is not None and self.store is not None:
             base = select.endpoint or tenant.upstream.base_url
-            ranker = self._embeddings.get((base, select.model))
+            model = select.model or "text-embedding-3-small"
+            ranker = self._embeddings.get((base, model))
             if ranker is None:
                 from proxy.tools.embeddings import EmbeddingsRanker
 
                 api_key = os.environ.get(select.api_key_env) if select.api_key_env else tenant.upstream.api_key()
-                ranker = EmbeddingsRanker(self.upstream, self.store, base, select.model, api_key)
-                self._embeddings[(base, select.model)] = ranker
+                ranker = EmbeddingsRanker(self.upstream, self.store, base, model, api_key)
+                self._embeddings[(base, model)] = ranker
             return ranker
+        if select.backend == "llm" and self.upstream is not None:
+            base = select.endpoint or tenant.upstream.base_url
+            api_key = os.environ.get(select.api_key_env) if select.api_key_env else tenant.upstream.api_key()
+            from proxy.tools.llm import LlmRanker
+
+            return LlmRanker(self.upstream, base, select.model or "gpt-4o-mini", api_key, select.max_catalog_tools,
+                             select.question)
         return self.for_config(tenant.tools)
 
     def for_config(self, config: ToolsConfig) -> Ranker:

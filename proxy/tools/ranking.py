@@ -22,6 +22,7 @@ class Ranking:
     scores: tuple[float, ...]
     needs_tool: float  # P(the turn needs any tool), in [0, 1]
     confidence: float | None  # how clearly the shortlist stands out; None when unmeasurable
+    usage: dict[str, int] | None = None  # tokens a model-backed ranking used (priced, never billed to the client)
 
     @property
     def top_score(self) -> float:
