@@ -252,3 +252,15 @@ def test_dispatch_announces_named_tools_at_the_tail(standin: ServerThread,
     later = last_upstream_body(standin)["messages"]
     assert orjson.dumps(later[: len(announced["messages"])], option=orjson.OPT_SORT_KEYS) == orjson.dumps(
         announced["messages"], option=orjson.OPT_SORT_KEYS)
+
+
+def test_mixed_own_call_and_search_streaming(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """Streaming, a response calling the client's tool and tool_search: the client's call streams
+    at index 0, the search never shows, and the turn ends with finish_reason tool_calls."""
+    stream = sdk(keel_tools).chat.completions.create(model="m", tools=catalog(), stream=True, messages=[  # type: ignore[arg-type]
+        {"role": "user", "content": 'read it [[call read_file {"path":"a"}]] ' + hidden_call("convert_time")}])
+    chunks = list(stream)
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert [(d.index, d.function.name) for d in deltas if d.function and d.function.name] == [(0, "read_file")]
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["tool_calls"] and len({c.id for c in chunks}) == 1
