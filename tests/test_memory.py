@@ -215,14 +215,14 @@ async def test_window_without_user_message_makes_no_request(standin: ServerThrea
 def test_p_yes_from_logprobs_and_from_text() -> None:
     import math
 
-    from proxy.memory.llm_gate import GateAnswerError, p_yes
+    from proxy.judge import JudgeError, p_yes
 
     top = [{"token": "Yes", "logprob": math.log(0.6)}, {"token": "no", "logprob": math.log(0.2)}]
     choice = {"message": {"content": "Yes"}, "logprobs": {"content": [{"token": "Yes", "logprob": math.log(0.6),
                                                                         "top_logprobs": top}]}}
     assert abs(p_yes(choice) - 0.75) < 1e-9
     assert p_yes({"message": {"content": "no."}}) == 0.0 and p_yes({"message": {"content": "yes"}}) == 1.0
-    with pytest.raises(GateAnswerError):
+    with pytest.raises(JudgeError):
         p_yes({"message": {"content": "perhaps"}})
 
 

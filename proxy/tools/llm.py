@@ -15,9 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
-from proxy.memory.llm_gate import p_yes
+from proxy.judge import ask
 from proxy.tools.catalog import Catalog
 from proxy.tools.ranking import LexicalRanker, Ranking
 from proxy.upstream import Upstream
@@ -31,7 +29,7 @@ class LlmRanker:
         self.upstream = upstream
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.max_options, self.question = model, max_options, question
-        self.headers = {"content-type": "application/json", **({"authorization": f"Bearer {api_key}"} if api_key else {})}
+        self.api_key = api_key
         self.lexical = LexicalRanker()
 
     def batches(self, query: str, catalog: Catalog, candidates: Sequence[int]) -> list[list[int]]:
@@ -47,20 +45,12 @@ class LlmRanker:
         prompt = (f"<tools>\n{options}\n</tools>\n<user_message>\n{query}\n</user_message>\n"
                   f"First line: yes or no. {self.question}\n"
                   f"Second line: the numbers of the tools that fit best, best first, at most {shortlist}, or none.")
-        body = {"model": self.model, "temperature": 0, "max_tokens": 24, "logprobs": True, "top_logprobs": 5,
-                "messages": [{"role": "system", "content": "You are a classifier that picks tools."},
-                             {"role": "user", "content": prompt}]}
-        response = await self.upstream.open("POST", self.url, self.headers, orjson.dumps(body))
-        raw = await response.read()
-        if response.status != 200:
-            raise RuntimeError(f"ranking model answered {response.status}")
-        data = orjson.loads(raw)
-        choice = data["choices"][0]
-        probability = p_yes(choice)
-        lines = ((choice.get("message") or {}).get("content") or "").strip().splitlines()
+        judgment = await ask(self.upstream, self.url, self.api_key, self.model,
+                             "You are a classifier that picks tools.", prompt)
+        lines = judgment.lines
         numbers = [int(n) for n in re.findall(r"\d+", lines[1])] if len(lines) > 1 else []
         picks = [batch[n - 1] for n in numbers if 1 <= n <= len(batch)]
-        return probability, picks, data.get("usage")
+        return judgment.p_yes, picks, judgment.usage
 
     async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         batches = self.batches(query, catalog, candidates)
