@@ -46,13 +46,13 @@ class TurnRecord:
 
 @dataclass(frozen=True)
 class SegmentAnchor:
-    """The frozen front of a segment: system prompt, Keel's context state and tool block."""
+    """The frozen front of a segment: system prompt and Keel's context state (the frozen tool
+    block is the tool planner's, under its own key)."""
 
     segment: str
     conversation: str
     system: Any = None
     context_state: dict[str, Any] = field(default_factory=dict)
-    tool_block: list[Any] | None = None
     created_at: float = 0.0
 
     def to_bytes(self) -> bytes:

@@ -30,7 +30,7 @@ HOP_BY_HOP = frozenset(
 )
 # Headers that only mean something to Keel, or that the upstream must not see from the client.
 _CLIENT_ONLY = frozenset({"authorization", "x-api-key", "x-keel-tenant", "x-keel-user", "x-keel-conversation",
-                          "x-keel-timezone"})
+                          "x-keel-timezone", "x-keel-memory"})
 
 
 def upstream_headers(

@@ -94,12 +94,13 @@ def test_other_paths_forwarded_verbatim(start_keel: Callable[..., ServerThread])
     try:
         r = httpx.request("DELETE", keel.url + "/v1/files/file-1?purpose=x&a=%20b", content=b"raw-bytes",
                           headers={"authorization": f"Bearer {KEY}", "connection": "keep-alive",
-                                   "openai-beta": "assistants=v2", "x-keel-user": "u1"})
+                                   "openai-beta": "assistants=v2", "x-keel-user": "u1",
+                                   "x-keel-memory": "off"})
     finally:
         upstream.__exit__()
     seen = recorder.received[0]
     assert (seen.method, seen.path, seen.query, seen.body) == ("DELETE", "/v1/files/file-1", b"purpose=x&a=%20b",
                                                                 b"raw-bytes")
     assert seen.headers["openai-beta"] == "assistants=v2"
-    assert "x-keel-user" not in seen.headers
+    assert "x-keel-user" not in seen.headers and "x-keel-memory" not in seen.headers
     assert r.content == b'{"data":[]}'

@@ -112,7 +112,7 @@ class ContextPlanner:
             lost = True
             log.info("anchor_lost", extra={"segment": location.segment})
         system = anchor_system(client_system, date, state.get("memory"))
-        anchor = SegmentAnchor(location.segment, location.conversation, system, state, None, created)
+        anchor = SegmentAnchor(location.segment, location.conversation, system, state, created)
         if await self.conversations.write_anchor(location.chain, anchor):
             return anchor, lost
         return await self.conversations.read_anchor(location.chain, location.segment) or anchor, lost

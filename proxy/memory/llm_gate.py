@@ -13,6 +13,7 @@ from typing import Any
 from proxy.config import TenantConfig
 from proxy.judge import ask
 from proxy.memory.gate import GateResult
+from proxy.memory.model import memory_endpoint
 from proxy.messages import message_text
 from proxy.upstream import Upstream
 
@@ -34,8 +35,8 @@ class LlmMemoryGate:
             lines.append(f"Second line: the category among {', '.join(valid_keys)}, or none.")
             lines.append("Third line: update if it changes one of these existing entries "
                          f"({', '.join(sorted(memory)) or 'none'}), else new.")
-        base = (cfg.endpoint or self.tenant.upstream.base_url).rstrip("/")
-        judgment = await ask(self.upstream, base + "/chat/completions", self.tenant.upstream.api_key(), cfg.model,
+        base, key = memory_endpoint(self.tenant)
+        judgment = await ask(self.upstream, base + "/chat/completions", key, cfg.model,
                              "You are a classifier. Judge only the newest message; earlier messages are context.",
                              "\n".join(lines))
         probability, answer, self.usage = judgment.p_yes, judgment.lines, judgment.usage

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
@@ -38,8 +39,7 @@ async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dic
     if hint:
         system += f"\n\n<memory_hint>{hint}</memory_hint>"
     body = {"model": cfg.model, "messages": [{"role": "system", "content": system}, *window], "tools": TOOLS}
-    base = (cfg.endpoint or tenant.upstream.base_url).rstrip("/")
-    key = (tenant.upstream.api_key() if not cfg.api_key_env else None) or _env(cfg.api_key_env)
+    base, key = memory_endpoint(tenant)
     headers = {"content-type": "application/json", **({"authorization": f"Bearer {key}"} if key else {})}
     response = await upstream.open("POST", base + "/chat/completions", headers, orjson.dumps(body))
     raw = await response.read()
@@ -57,7 +57,8 @@ async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dic
     return ops, data.get("usage")
 
 
-def _env(name: str | None) -> str | None:
-    import os
-
-    return os.environ.get(name) if name else None
+def memory_endpoint(tenant: TenantConfig) -> tuple[str, str | None]:
+    """Base URL and key of the memory model (and of the llm gate): its own, or the tenant's upstream."""
+    cfg = tenant.memory
+    key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else tenant.upstream.api_key()
+    return (cfg.endpoint or tenant.upstream.base_url).rstrip("/"), key

@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -50,7 +50,6 @@ class Script:
     sleep: float = 0.0
     drip: float = 0.0
     cut: bool = False
-    directives: dict[str, str] = field(default_factory=dict)
 
     @property
     def finish_reason(self) -> str:
@@ -82,7 +81,7 @@ def plan_answer(body: dict[str, Any]) -> Script:
     by_words = "callq" in found
     error = int(found["error"]) if found.get("error", "").isdigit() else None
     base = Script(error_status=error, sleep=_seconds(found, "sleep"), drip=_seconds(found, "drip"),
-                  cut="cut" in found, directives=found)
+                  cut="cut" in found)
 
     offered = _offered(body)
     called = _called_since_user(messages)

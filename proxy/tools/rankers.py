@@ -18,29 +18,28 @@ class Rankers:
         self.lexical = LexicalRanker()
         self.upstream, self.store = upstream, store
         self._local: dict[str, Ranker] = {}
-        self._embeddings: dict[tuple[str, str], Ranker] = {}
+        self._remote: dict[tuple[object, ...], Ranker] = {}  # embeddings and llm rankers, by their settings
 
     def for_tenant(self, tenant: TenantConfig) -> Ranker:
         select = tenant.tools.select
-        if select.backend == "embeddings" and self.upstream is not None and self.store is not None:
-            base = select.endpoint or tenant.upstream.base_url
-            model = select.model or "text-embedding-3-small"
-            ranker = self._embeddings.get((base, model))
-            if ranker is None:
+        if select.backend not in ("embeddings", "llm") or self.upstream is None or self.store is None:
+            return self.for_config(tenant.tools)
+        base = select.endpoint or tenant.upstream.base_url
+        model = select.model or ("text-embedding-3-small" if select.backend == "embeddings" else "gpt-4o-mini")
+        settings = (select.backend, base, model, select.max_catalog_tools, select.question)
+        ranker = self._remote.get(settings)
+        if ranker is None:
+            api_key = os.environ.get(select.api_key_env) if select.api_key_env else tenant.upstream.api_key()
+            if select.backend == "embeddings":
                 from proxy.tools.embeddings import EmbeddingsRanker
 
-                api_key = os.environ.get(select.api_key_env) if select.api_key_env else tenant.upstream.api_key()
                 ranker = EmbeddingsRanker(self.upstream, self.store, base, model, api_key)
-                self._embeddings[(base, model)] = ranker
-            return ranker
-        if select.backend == "llm" and self.upstream is not None:
-            base = select.endpoint or tenant.upstream.base_url
-            api_key = os.environ.get(select.api_key_env) if select.api_key_env else tenant.upstream.api_key()
-            from proxy.tools.llm import LlmRanker
+            else:
+                from proxy.tools.llm import LlmRanker
 
-            return LlmRanker(self.upstream, base, select.model or "gpt-4o-mini", api_key, select.max_catalog_tools,
-                             select.question)
-        return self.for_config(tenant.tools)
+                ranker = LlmRanker(self.upstream, base, model, api_key, select.max_catalog_tools, select.question)
+            self._remote[settings] = ranker
+        return ranker
 
     def for_config(self, config: ToolsConfig) -> Ranker:
         select = config.select
