@@ -1,11 +1,13 @@
-"""Fit the embedded needs-tool gate's weights (proxy/tools/gate.py: WEIGHTS).
+"""Fit the embedded needs-tool gate's weights (proxy/tools/gate.py: WEIGHTS, SEMANTIC_WEIGHTS).
 
     python bench/fit_gate.py
 
 Logistic regression (numpy, L2) over `gate.features` on MetaTool's awareness set (1,040
 rows) and Keel's labelled agent queries (weighted 3x: they are the tool catalogs Keel
-serves). It first fits on one half of each and prints accuracy on the other half, then fits
-on everything and prints the weights to paste into gate.py.
+serves); then over `gate.semantic_features`, which add the local model's cosines (needs the
+`local` extra and ../shared/data/models). For each it first fits on one half of each set and
+prints accuracy on the other half, then fits on everything and prints the weights to paste
+into gate.py.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,30 +23,45 @@ import orjson
 from common import CATALOGS, SHARED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from proxy.tools.catalog import build_catalog
-from proxy.tools.gate import features
+from proxy.tools.catalog import Catalog, build_catalog
+from proxy.tools.gate import features, semantic_features
 from proxy.tools.ranking import LexicalRanker
 
 METATOOL = SHARED / "data" / "eval" / "metatool"
+MODEL_DIR = SHARED / "data" / "models" / "all-MiniLM-L6-v2-int8"
+Featurize = Callable[[list[str], Catalog], np.ndarray]
 
 
-def rows() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def lexical(queries: list[str], catalog: Catalog) -> np.ndarray:
     ranker = LexicalRanker()
+    return np.array([features(q, ranker.rank_now(q, catalog, range(len(catalog.entries)), 5).top_score)
+                     for q in queries])
+
+
+def semantic(queries: list[str], catalog: Catalog) -> np.ndarray:
+    from proxy.tools.local import LocalEncoder, tool_text
+
+    encoder = LocalEncoder(MODEL_DIR)
+    matrix = encoder.encode([tool_text(e) for e in catalog.entries])
+    ranker = LexicalRanker()
+    out = []
+    for q in queries:  # one query at a time, as Keel encodes them
+        cosines = np.sort(matrix @ encoder.encode([q])[0])[::-1][:5].tolist()
+        out.append(semantic_features(q, ranker.rank_now(q, catalog, range(len(catalog.entries)), 5).top_score, cosines))
+    return np.array(out)
+
+
+def rows(featurize: Featurize) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     descriptions = json.loads((METATOOL / "plugin_des.json").read_text())
     mt = build_catalog("metatool", [{"type": "function", "function": {"name": n, "description": d}}
                                     for n, d in descriptions.items()])
     agent = build_catalog("agent", orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"])
-
-    def featurize(query: str, catalog: object) -> list[float]:
-        ranking = ranker.rank_now(query, catalog, range(len(catalog.entries)), 5)  # type: ignore[attr-defined]
-        return features(query, ranking.top_score)
-
     awareness = [json.loads(line) for line in (METATOOL / "task1_awareness.jsonl").read_text().splitlines()]
     queries = [json.loads(line) for line in (Path(__file__).parent / "data" / "agent_queries.jsonl").read_text()
                .splitlines()]
-    x_mt = np.array([featurize(r["query"], mt) for r in awareness])
+    x_mt = featurize([r["query"] for r in awareness], mt)
     y_mt = np.array([r["label"] == "positive" for r in awareness], float)
-    x_ag = np.array([featurize(r["query"], agent) for r in queries])
+    x_ag = featurize([r["query"] for r in queries], agent)
     y_ag = np.array([r["tool"] is not None for r in queries], float)
     return x_mt, y_mt, x_ag, y_ag
 
@@ -60,19 +78,29 @@ def accuracy(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
     return float((((x @ w) > 0) == (y > 0.5)).mean())
 
 
-def main() -> None:
-    x_mt, y_mt, x_ag, y_ag = rows()
+def report(name: str, featurize: Featurize) -> None:
+    x_mt, y_mt, x_ag, y_ag = rows(featurize)
     mt_idx, ag_idx = list(range(len(y_mt))), list(range(len(y_ag)))
     random.Random(0).shuffle(mt_idx)
     random.Random(0).shuffle(ag_idx)
     mt_a, mt_b = mt_idx[: len(mt_idx) // 2], mt_idx[len(mt_idx) // 2 :]
     ag_a, ag_b = ag_idx[: len(ag_idx) // 2], ag_idx[len(ag_idx) // 2 :]
     w = fit(np.concatenate([x_mt[mt_a], *[x_ag[ag_a]] * 3]), np.concatenate([y_mt[mt_a], *[y_ag[ag_a]] * 3]))
-    print(f"held-out accuracy: MetaTool awareness {accuracy(x_mt[mt_b], y_mt[mt_b], w):.3f} "
+    print(f"{name}: held-out accuracy: MetaTool awareness {accuracy(x_mt[mt_b], y_mt[mt_b], w):.3f} "
           f"({len(mt_b)} rows), agent queries {accuracy(x_ag[ag_b], y_ag[ag_b], w):.3f} ({len(ag_b)} rows)")
     w = fit(np.concatenate([x_mt, *[x_ag] * 3]), np.concatenate([y_mt, *[y_ag] * 3]))
-    print(f"fitted on everything: MetaTool {accuracy(x_mt, y_mt, w):.3f}, agent {accuracy(x_ag, y_ag, w):.3f}")
-    print("WEIGHTS = (" + ", ".join(f"{v:.3f}" for v in w) + ")")
+    print(f"{name}: fitted on everything: MetaTool {accuracy(x_mt, y_mt, w):.3f}, agent {accuracy(x_ag, y_ag, w):.3f}")
+    print(f"{name}: (" + ", ".join(f"{v:.3f}" for v in w) + ")")
+
+
+def main() -> None:
+    report("WEIGHTS", lexical)
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        print("(onnxruntime not installed: SEMANTIC_WEIGHTS not fitted)")
+        return
+    report("SEMANTIC_WEIGHTS", semantic)
 
 
 if __name__ == "__main__":

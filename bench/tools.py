@@ -65,7 +65,7 @@ def seed_table() -> None:
     rows = []
     tools = agent_tools()
     try:
-        for mode in ("names", "groups"):
+        for mode in ("auto", "names", "groups"):
             keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "search": {"listing": mode}}})
             try:
                 for label, prompt in (("targeted", TARGETED), ("conversational", CONVERSATIONAL)):

@@ -132,6 +132,8 @@ class SelectConfig(_Model):
     shortlist: int = Field(5, ge=0, description="tools surfaced from the ranking")
     low_confidence_below: float = Field(0.25, ge=0, le=1, description="widen when the top scores are this close")
     low_confidence_extra: int = Field(3, ge=0, description="extra tools surfaced when confidence is low")
+    cut_at_drop: float = Field(0.2, ge=0, le=1, description="surface only the tools before the largest relative "
+                               "score drop in the shortlist when it is at least this (0: always the whole shortlist)")
     needs_tool_threshold: float = Field(0.5, ge=0, le=1, description="below it only named tools surface")
     max_catalog_tools: int = Field(100, ge=1, description="option ceiling per LLM ranking request")
     timeout_ms: int = Field(250, ge=1, description="deadline for one judgment")
@@ -148,8 +150,11 @@ class SelectConfig(_Model):
 class SearchConfig(_Model):
     max_results: int = Field(5, ge=1, description="tools one tool_search call returns")
     max_rounds: int = Field(3, ge=0, description="tool_search rounds Keel answers inside one client turn")
-    listing: Literal["names", "groups"] = Field(
-        "names", description="tool_search lists every deferred name, or only name families with counts (shorter)")
+    listing: Literal["names", "auto", "groups"] = Field(
+        "names", description="names: tool_search lists every deferred name (invariant 3); groups: only name "
+        "families with counts; auto: names, folding the families that save most into counts until the listing "
+        "fits listing_chars (a folded tool is found by search, no longer named)")
+    listing_chars: int = Field(700, ge=0, description="auto listing: the most characters the name listing takes")
 
 
 class PriceConfig(_Model):

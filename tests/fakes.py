@@ -19,6 +19,7 @@ class FakeRanker:
     confidence: float | None = 1.0
     delay: float = 0.0
     error: Exception | None = None
+    scores: Sequence[float] = ()  # default: 10, 9, 8, …
     calls: int = 0
 
     async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
@@ -29,5 +30,5 @@ class FakeRanker:
             raise self.error
         allowed = set(candidates)
         order = tuple(catalog.by_name[n] for n in self.best if n in catalog.by_name and catalog.by_name[n] in allowed)
-        scores = tuple(10.0 - i for i in range(len(order)))
+        scores = tuple(self.scores[: len(order)]) if self.scores else tuple(10.0 - i for i in range(len(order)))
         return Ranking(order, scores, self.needs_tool, self.confidence)

@@ -79,3 +79,20 @@ def test_local_backend_through_http(standin: ServerThread, start_keel: Callable[
             break
         time.sleep(0.2)
     assert "maps_directions" in names and names[-1] == "tool_search"
+
+
+def test_gate_weighs_the_cosines(encoder: LocalEncoder) -> None:
+    """With the local model the needs-tool gate also weighs how close the turn is to some tool in
+    meaning: no word is shared either way, yet a catalog holding a chat tool makes a chat request
+    likelier to need a tool than one without it."""
+    from proxy.tools.ranking import LexicalRanker
+
+    query = "tell the team in chat that we shipped"
+    with_chat = build_catalog("with", tools())
+    without = build_catalog("without", [t for t in tools() if not t["function"]["name"].startswith("slack")])
+    ranker, lexical = LocalRanker(encoder), LexicalRanker()
+    near = ranker.rank_now(query, with_chat, range(len(with_chat.entries)), 5).needs_tool
+    far = ranker.rank_now(query, without, range(len(without.entries)), 5).needs_tool
+    assert lexical.rank_now(query, with_chat, range(len(with_chat.entries)), 5).needs_tool == \
+        lexical.rank_now(query, without, range(len(without.entries)), 5).needs_tool
+    assert near > 2 * far

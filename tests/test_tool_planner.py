@@ -13,6 +13,7 @@ from proxy.metrics import Metrics
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlan, ToolPlanner
+from proxy.tools.search import listing
 
 NAMES = ["get_me", "get_weather", "create_branch", "create_issue", "list_issues", "search_code", "send_email",
          "read_file", "write_file", "delete_file", "fetch", "convert_time", "maps_geocode", "slack_post_message"]
@@ -81,6 +82,20 @@ async def test_low_confidence_widens(confidence: float | None, width: int) -> No
     assert len(result.surfaced) == width
 
 
+@pytest.mark.parametrize("scores, cut_at_drop, width", [
+    ((10, 9.5, 6, 5.9, 5.8, 5.7), 0.2, 2),   # the best two stand out: only they ship
+    ((10, 9.5, 8, 7.9, 7.8, 7.7), 0.2, 5),   # no drop of 20%: the whole shortlist
+    ((10, 9.5, 6, 5.9, 5.8, 5.7), 0.0, 5),   # off
+    ((10, 4, 3.9, 3.8, 3.7, 3.6), 0.2, 1),   # a clear winner ships alone
+])
+async def test_standing_out_tools_ship_alone(scores: tuple[float, ...], cut_at_drop: float, width: int) -> None:
+    """The shortlist is cut at its largest relative score drop when that drop reaches `cut_at_drop`."""
+    cfg = {"select": {"shortlist": 5, "cut_at_drop": cut_at_drop}}
+    result = await plan("x", FakeRanker(best=NAMES, scores=scores), tools_cfg=cfg)
+    assert result.surfaced == tuple(sorted(NAMES[:width]))
+    assert set(result.deferred) == set(NAMES) - set(result.surfaced)  # the rest stay one search away
+
+
 async def test_named_tool_survives_no_tool_gate_and_failure() -> None:
     """A named tool is surfaced when the gate says no tool, and when the ranking fails."""
     gate_no = await plan("thanks! use send_email", FakeRanker(best=["fetch"], needs_tool=0.0))
@@ -124,3 +139,20 @@ async def test_small_schemas_stay_loaded() -> None:
     tools = [*req.body["tools"], tool("tiny")]
     planned = await p.plan(req.with_body({**req.body, "tools": tools}))
     assert planned.responder.surfaced == ("tiny",)  # type: ignore[union-attr]
+
+
+def test_listing_names_every_tool_compactly() -> None:
+    """names: every name, by server prefix and first word; a bare head is listed on its own."""
+    names = ["fetch", "fetch_url", "fetch_page", "create_branch", "gh__get_me", "gh__get_you", "gh__star"]
+    assert listing(names) == "create_branch, fetch, fetch_{page,url}; gh__{get_{me,you}, star}"
+    assert listing(names, "groups") == "create_branch, fetch, fetch_* (2); gh__{get_* (2), star}"
+
+
+def test_auto_listing_folds_only_what_the_budget_needs() -> None:
+    """auto: names in full when they fit; else the families saving most fold first, until it fits."""
+    names = [f"backlinks_{w}" for w in ("anchors", "summary", "bulk_ranks", "competitors")] + [
+        "get_me", "get_you", "read_file"]
+    full = listing(names, "names")
+    assert listing(names, "auto", len(full)) == full
+    assert listing(names, "auto", len(full) - 1) == "backlinks_* (4), get_{me,you}, read_file"
+    assert listing(names, "auto", 0) == listing(names, "groups")

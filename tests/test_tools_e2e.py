@@ -80,6 +80,39 @@ def test_targeted_prompt_ships_few_tools(keel_tools: ServerThread, standin: Serv
     assert all_names - set(shipped) == listed  # invariant 3: every deferred tool is named in tool_search
 
 
+@pytest.mark.parametrize("cut_at_drop, surfaced", [(0.2, {"create_branch", "create_pull_request"}), (0.0, None)])
+def test_standing_out_tools_ship_alone(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                       cut_at_drop: float, surfaced: set[str] | None) -> None:
+    """A targeted prompt whose best two tools stand out ships those two; cut off, the shortlist."""
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1", select={"cut_at_drop": cut_at_drop})))
+    sdk(keel).chat.completions.create(model="m", tools=catalog(), messages=[{  # type: ignore[arg-type]
+        "role": "user", "content": "Create a new branch called feature-login in the acme/web repo and open a pull "
+                                   "request for it"}])
+    shipped = set(names(last_upstream_body(standin))) - {"tool_search"}
+    assert shipped == surfaced if surfaced else len(shipped) == 5 and "create_branch" in shipped
+
+
+def test_auto_listing_stays_within_budget(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """search.listing auto: a 208-tool catalog's listing fits listing_chars; each deferred tool is
+    named or counted in a folded family, and tool_search by exact name still loads a folded one."""
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1", search={"listing": "auto", "listing_chars": 700})))
+    tools = catalog()
+    r = sdk(keel).chat.completions.with_raw_response.create(model="m", tools=tools, messages=[  # type: ignore[arg-type]
+        {"role": "user", "content": "thanks, that was really helpful"}])
+    assert r.http_response.status_code == 200
+    sent = last_upstream_body(standin)
+    description = sent["tools"][-1]["function"]["description"]
+    listed = description.split("): ", 1)[1].rsplit(". Call", 1)[0]
+    assert len(listed) <= 700
+    deferred = {t["function"]["name"] for t in tools} - set(names(sent))
+    folded = dict(re.findall(r"(\w+)_\* \((\d+)\)", listed))
+    named = {n for n in expand(description) if not n.endswith("*") and not n.startswith("(")}
+    for name in deferred:
+        head = name.split("_", 1)[0]
+        assert name in named or head in folded, name
+    assert sum(int(c) for c in folded.values()) + len(named & deferred) == len(deferred)
+
+
 def test_conversational_prompt_ships_almost_nothing(keel_tools: ServerThread, standin: ServerThread) -> None:
     """A thank-you surfaces no ranked tools, only the cheap ones and tool_search."""
     sdk(keel_tools).chat.completions.create(model="m", tools=catalog(),  # type: ignore[arg-type]

@@ -3,7 +3,8 @@
 A small logistic model over the ranking's raw top score and the shape of the message:
 a task the model does itself ("write a haiku", "explain…"), a knowledge question ("why…"),
 a request to fetch or act ("can you find…", "show me…"), real-world or live words
-("latest", "price", "my"…), and small talk (always no). Its weights are fitted by
+("latest", "price", "my"…), and small talk (always no); with the `local` backend also the
+model's raw cosines to the nearest tools. Its weights are fitted by
 `bench/fit_gate.py` on MetaTool's awareness set and Keel's labelled agent queries; that
 script prints held-out accuracy, and `bench/tools.py` reports the gate as shipped.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from proxy.tools.text import terms
 
@@ -84,9 +86,26 @@ def features(text: str, top_score: float) -> list[float]:
     ]
 
 
-def needs_tool_probability(top_score: float, text: str) -> float:
-    """P(the turn needs a tool); small talk is always 0."""
+# The same features plus the local model's cosines (top, top - 5th, mean of the top 5; each x10),
+# for all-MiniLM-L6-v2: a turn close to some tool's description in meaning needs a tool more often.
+SEMANTIC_WEIGHTS = (-5.425, 0.824, 0.788, -0.899, -0.457, 0.965, 0.465, -0.265, -0.524, -0.241, -0.489, 0.573,
+                    0.637, -0.036, 0.653)
+
+
+def semantic_features(text: str, top_score: float, cosines: Sequence[float]) -> list[float]:
+    """`features` plus the best five raw cosines' evidence (`cosines` sorted, best first)."""
+    top5 = list(cosines[:5]) or [0.0]
+    return [*features(text, top_score), 10 * top5[0], 10 * (top5[0] - top5[-1]), 10 * sum(top5) / len(top5)]
+
+
+def needs_tool_probability(top_score: float, text: str, cosines: Sequence[float] | None = None) -> float:
+    """P(the turn needs a tool); small talk is always 0. `cosines`: the local model's best raw
+    cosines, when the ranking has them."""
     if conversational(text):
         return 0.0
-    z = sum(w * x for w, x in zip(WEIGHTS, features(text, top_score), strict=True))
+    if cosines is None:
+        pairs = zip(WEIGHTS, features(text, top_score), strict=True)
+    else:
+        pairs = zip(SEMANTIC_WEIGHTS, semantic_features(text, top_score, cosines), strict=True)
+    z = sum(w * x for w, x in pairs)
     return 1 / (1 + math.exp(-z))

@@ -112,12 +112,14 @@ class LocalRanker:
 
     def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
-        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist)
+        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, gate_cosines=True)
 
 
 def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
-         shortlist: int) -> Ranking:
-    """0.2 x BM25/max + 0.8 x min-max-scaled cosine over the candidates (rows of `matrix`)."""
+         shortlist: int, gate_cosines: bool = False) -> Ranking:
+    """0.2 x BM25/max + 0.8 x min-max-scaled cosine over the candidates (rows of `matrix`).
+    `gate_cosines`: the needs-tool gate also weighs the raw cosines (its weights are fitted
+    for the local model; another model's cosines live on another scale)."""
     import numpy as np
 
     if not candidates:
@@ -132,5 +134,6 @@ def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Seq
     fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
     order = np.argsort(-fused, kind="stable")
     scores = tuple(float(fused[i]) for i in order)
-    return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query),
+    best = np.sort(cosine)[::-1][:5].tolist() if gate_cosines else None
+    return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query, best),
                    confidence(scores, shortlist))

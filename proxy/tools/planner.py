@@ -29,7 +29,7 @@ from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache
-from proxy.tools.ranking import Ranker, Ranking
+from proxy.tools.ranking import Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 
 log = logging.getLogger("keel.tools")
@@ -132,7 +132,7 @@ class ToolPlanner:
         if not deferred and frozen is None:
             return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
         rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
-        rendered.append(search_tool(deferred, cfg.search.listing))
+        rendered.append(search_tool(tuple(deferred), cfg.search.listing, cfg.search.listing_chars))
         if generic:
             rendered.append(call_tool())
         if frozen is not None:  # auto: keep the cached block unless a fresh one is expected to cost less
@@ -172,6 +172,7 @@ class ToolPlanner:
             width = select.shortlist
             if ranking.confidence is None or ranking.confidence < select.low_confidence_below:
                 width += select.low_confidence_extra
+            width = standing_out(ranking.scores, width, select.cut_at_drop)
             selected = [catalog.entries[i].name for i in ranking.order[:width]]
         elif ranking is not None:
             outcome = "no_tool_needed"

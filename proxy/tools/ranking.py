@@ -42,6 +42,19 @@ def confidence(scores: Sequence[float], shortlist: int) -> float | None:
     return 1 - scores[shortlist] / scores[0]
 
 
+def standing_out(scores: Sequence[float], width: int, min_drop: float) -> int:
+    """How many of the first `width` tools to ship: those before the largest relative score drop
+    among them, when that drop is at least `min_drop`; else all `width`. A turn whose best
+    tools clearly stand out ships only those; the rest stay one search away."""
+    width = min(width, len(scores))
+    if min_drop <= 0 or width < 2:
+        return width
+    drops = [(1 - scores[i] / scores[i - 1] if scores[i - 1] > 0 else 0.0, i)
+             for i in range(1, min(width + 1, len(scores)))]
+    drop, at = max(drops, key=lambda d: (d[0], -d[1]))
+    return at if drop >= min_drop else width
+
+
 class LexicalRanker:
     async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         return self.rank_now(query, catalog, candidates, shortlist)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -39,53 +40,74 @@ def call_tool() -> dict[str, Any]:
     }
 
 
-def _words(names: Sequence[str]) -> list[str]:
-    """`create_branch, create_issue, get_me` → `create_{branch,issue}, get_me`."""
-    groups: dict[str, list[str]] = defaultdict(list)
+def _families(names: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """server prefix (`github__`, or "") → first word → the rests of the names sharing it."""
+    servers: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for name in names:
-        head, sep, rest = name.partition("_")
-        groups[head if sep and rest else name].append(rest if sep and rest else "")
-    out = []
-    for head in sorted(groups):
-        rests = sorted(groups[head])
-        if len(rests) == 1:
-            out.append(f"{head}_{rests[0]}" if rests[0] else head)
+        server, sep, bare = name.partition("__")
+        server, bare = (server, bare) if sep else ("", name)
+        head, sep, rest = bare.partition("_")
+        if sep and rest:
+            servers[server][head].append(rest)
         else:
-            out.append(head + "_{" + ",".join(rests) + "}")
-    return out
+            servers[server][bare].append("")
+    return servers
 
 
-def _groups(names: Sequence[str]) -> list[str]:
-    """`create_{...}` → `create_* (6)`: the families only, each with its size."""
-    out = []
-    for item in _words(names):
-        head, brace, rest = item.partition("_{")
-        out.append(f"{head}_* ({rest.count(',') + 1})" if brace else item)
-    return out
+def _family(head: str, rests: list[str], folded: bool) -> str:
+    """`create_{branch,issue}`, or folded `create_* (2)`; a lone name as itself; a name that is
+    the bare head (`fetch` beside `fetch_url`) listed on its own."""
+    named = sorted(r for r in rests if r)
+    if not named:
+        return head
+    if len(named) == 1:
+        family = f"{head}_{named[0]}"
+    elif folded:
+        family = f"{head}_* ({len(named)})"
+    else:
+        family = head + "_{" + ",".join(named) + "}"
+    return f"{head}, {family}" if "" in rests else family
 
 
-def listing(names: Sequence[str], mode: str = "names") -> str:
-    """Every name, compactly: grouped by server prefix (`github__`) and by first word;
-    in `groups` mode only the families and their sizes (far shorter, one search further)."""
-    words = _groups if mode == "groups" else _words
-    servers: dict[str, list[str]] = defaultdict(list)
-    for name in names:
-        server, sep, rest = name.partition("__")
-        servers[server if sep else ""].append(rest if sep else name)
+def listing(names: Sequence[str], mode: str = "names", max_chars: int = 700) -> str:
+    """Every deferred name, compactly: grouped by server prefix (`github__`) and first word
+    (`create_{branch,issue}`). `groups` folds every family to `create_* (2)`; `auto` folds the
+    families that save the most characters first, until the listing fits `max_chars`, so a
+    small catalog is named in full and a large one costs a bounded number of tokens."""
+    servers = _families(names)
+    keys = [(server, head) for server in sorted(servers) for head in sorted(servers[server])]
+    folded: set[tuple[str, str]] = set()
+    if mode == "groups":
+        folded = set(keys)
+    elif mode == "auto":
+        full = {k: _family(k[1], servers[k[0]][k[1]], False) for k in keys}
+        saving = {k: len(full[k]) - len(_family(k[1], servers[k[0]][k[1]], True)) for k in keys}
+        # the exact rendered length: ", " between families, "; " between servers, "srv__{…}" around them
+        length = (sum(len(f) + 2 for f in full.values()) + sum(len(s) + 4 for s in servers if s)
+                  - 2 * len(servers) + 2 * (len(servers) - 1))
+        for key in sorted(keys, key=lambda k: (-saving[k], k)):
+            if length <= max_chars or saving[key] <= 0:
+                break
+            folded.add(key)
+            length -= saving[key]
     parts = []
     for server in sorted(servers):
-        listed = ", ".join(words(servers[server]))
+        listed = ", ".join(_family(h, servers[server][h], (server, h) in folded) for h in sorted(servers[server]))
         parts.append(f"{server}__{{{listed}}}" if server else listed)
     return "; ".join(parts)
 
 
-def search_tool(deferred: Sequence[str], mode: str = "names") -> dict[str, Any]:
-    """The tool definition; its description lists every deferred tool so each is one search away."""
-    legend = "a_{b,c} stands for a_b, a_c" if mode == "names" else "a_* (n) stands for n tools named a_…"
+@lru_cache(maxsize=512)
+def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int = 700) -> dict[str, Any]:
+    """The tool definition; its description lists every deferred tool so each is one search away.
+    Cached: a conversation's turns usually defer the same tools."""
+    listed = listing(deferred, mode, max_chars)
+    legend = "; ".join(
+        text for marker, text in (("_{", "a_{b,c} = a_b, a_c"), ("_* (", "a_* (n) = n tools named a_…")) if marker in listed)
     description = (
-        "Load more tools. These tools exist but their definitions are not loaded yet "
-        f"({legend}): {listing(deferred, mode)}. Call {SEARCH_TOOL} with a short description "
-        "of what you need, or with the exact names, and the matching tools become callable in your next step."
+        "Load more tools. Not loaded yet" + (f" ({legend})" if legend else "") + f": {listed}. "
+        f"Call {SEARCH_TOOL} with what you need, or with exact names, and the matching tools become callable "
+        "in your next step."
     )
     return {
         "type": "function",
