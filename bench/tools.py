@@ -196,6 +196,7 @@ def end_to_end(backend: str) -> list[Any]:
     targeted = [r for r in agent if r["tool"]]
     tools = agent_tools()
     outcomes = {"direct": 0, "one search": 0, "more": 0, "wrong or none": 0}
+    missed: list[str] = []
     try:
         client = httpx.Client(timeout=60, headers={"authorization": f"Bearer {KEY}"})
         if backend == "local":  # the first sight of a catalog starts its embedding in the background
@@ -211,11 +212,15 @@ def end_to_end(backend: str) -> list[Any]:
             searches = int(response.headers.get("x-keel-tool-search-rounds", "0"))
             key = "wrong or none" if not ok else "direct" if searches == 0 else "one search" if searches == 1 else "more"
             outcomes[key] += 1
+            if not ok:
+                missed.append(f"{row['query']!r} → {row['tool']}")
     finally:
         keel.stop()
         standin.stop()
     n = len(targeted)
     good = outcomes["direct"] + outcomes["one search"]
+    if missed:
+        print(f"   {backend}: missed {len(missed)}: " + "; ".join(missed[:8]) + (" …" if len(missed) > 8 else ""))
     return [backend, n, outcomes["direct"], outcomes["one search"], outcomes["more"], outcomes["wrong or none"],
             f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"]
 
@@ -231,6 +236,8 @@ def latency(quick: bool) -> None:
         started = time.perf_counter()
         catalog = cache.get(tools)
         build_ms = (time.perf_counter() - started) * 1000
+        while len(catalog.tokens) < len(catalog.entries):  # token counting runs once, in the background
+            time.sleep(0.05)
         ranker = LexicalRanker()
         everything = list(range(len(tools)))
         times, hits = [], []
