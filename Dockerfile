@@ -3,11 +3,17 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
-RUN pip install --no-cache-dir --prefix=/install .
+# EXTRAS=local adds the in-process embedding ranker (onnxruntime, tokenizers, numpy)
+ARG EXTRAS=""
+RUN pip install --no-cache-dir --prefix=/install ".${EXTRAS:+[$EXTRAS]}"
 
 FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 keel
 COPY --from=build /install /usr/local
+# FETCH_MODEL=1 (with EXTRAS=local) bakes the local ranker's model into the image at
+# /opt/keel/all-MiniLM-L6-v2 (set select.model_dir to it); without it, Keel fetches it at start
+ARG FETCH_MODEL=""
+RUN if [ -n "$FETCH_MODEL" ]; then keel fetch-model /opt/keel/all-MiniLM-L6-v2; fi
 WORKDIR /var/lib/keel
 RUN chown keel:keel /var/lib/keel
 USER keel

@@ -1,4 +1,4 @@
-"""The `keel` command: serve, check-config, standin."""
+"""The `keel` command: serve, check-config, standin, fetch-model."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 
+import httpx
 import yaml
 
 from proxy.config import ConfigError, load_config, masked
@@ -28,12 +29,21 @@ def main(argv: list[str] | None = None) -> int:
     standin.add_argument("--rules", choices=["auto", "openai", "anthropic", "none"], default="auto",
                          help="prompt-cache rules to simulate (none: skip, for overhead benchmarks)")
     standin.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    fetch = sub.add_parser("fetch-model", help="download the local ranker's model (int8 ONNX + tokenizer) once")
+    fetch.add_argument("dir", nargs="?", help="model directory (default: keel/all-MiniLM-L6-v2 in the user's cache)")
+    fetch.add_argument("--source", help="base URL of the model's files (default: its hub repository)")
     args = parser.parse_args(argv)
 
     try:
         if args.command == "check-config":
             config = load_config(args.file)
             print(yaml.safe_dump(masked(config), sort_keys=False), end="")
+            return 0
+        if args.command == "fetch-model":
+            from proxy.tools.model_fetch import DEFAULT_SOURCE, default_model_dir, fetch_model
+
+            path = fetch_model(args.dir or default_model_dir(), args.source or DEFAULT_SOURCE)
+            print(f"model ready in {path}")
             return 0
         if args.command == "standin":
             from proxy.server import serve_standin
@@ -51,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except (httpx.HTTPError, OSError) as exc:
+        print(f"keel {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

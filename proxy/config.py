@@ -16,6 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from proxy.tools.model_fetch import DEFAULT_SOURCE as DEFAULT_MODEL_SOURCE
+
 
 class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message names the key."""
@@ -124,7 +126,11 @@ class SelectConfig(_Model):
         "lexical", description="lexical: BM25, embedded; local: an ONNX sentence-embedding model fused with BM25; "
         "embeddings: an OpenAI-compatible /v1/embeddings endpoint fused with BM25; llm: a chat model picks among "
         "numbered candidates")
-    model_dir: str | None = Field(None, description="the local backend's model directory (model.onnx, tokenizer.json)")
+    model_dir: str | None = Field(None, description="the local backend's model directory (model.onnx, "
+                                  "tokenizer.json); default: keel/all-MiniLM-L6-v2 under the user's cache directory")
+    model_source: str | None = Field(
+        DEFAULT_MODEL_SOURCE, description="local backend: where model.onnx (the published int8 ONNX export) and tokenizer.json are "
+        "fetched from when model_dir lacks them, once, in the background; null: never fetch")
     endpoint: str | None = Field(None, description="embeddings/llm backend: base URL; default: the tenant's upstream")
     model: str | None = Field(None, description="embeddings/llm backend: the model (default text-embedding-3-small "
                               "for embeddings, gpt-4o-mini for llm)")
@@ -139,12 +145,6 @@ class SelectConfig(_Model):
     timeout_ms: int = Field(250, ge=1, description="deadline for one judgment")
     question: str = Field(DEFAULT_NEEDS_TOOL_QUESTION, description="the yes/no needs-tool question")
 
-
-    @model_validator(mode="after")
-    def _local_needs_model(self) -> SelectConfig:
-        if self.backend == "local" and not self.model_dir:
-            raise ValueError("backend 'local' needs model_dir")
-        return self
 
 
 class SearchConfig(_Model):
