@@ -1,8 +1,9 @@
 """A tool catalog as Keel sees it: parsed once per distinct tools array, then cached.
 
-Everything derived from a tool (canonical bytes, index terms, token count) is keyed by the
-catalog's hash, so a 200-tool request costs one hash and a dictionary lookup, never a
-re-index or a re-tokenization.
+A catalog is keyed by its tools array's hash, so a 200-tool request costs one hash and a
+dictionary lookup. Everything derived from one tool (canonical bytes, index terms, token
+count) is kept by the tool's own bytes, so a catalog that gains or changes a tool re-derives
+that tool only, never re-tokenizes the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 from blake3 import blake3
 
 from proxy.tokens import TokenCounter
-from proxy.tools.lexical import LexicalIndex
+from proxy.tools.lexical import LexicalIndex, term_frequencies
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class ToolEntry:
     chars: int
     description: str
     server: str | None  # "github" for "github__create_branch"
+    canonical: bytes = field(default=b"", repr=False, compare=False)  # the schema's bytes: its cache key
+    terms: dict[str, float] = field(default_factory=dict, repr=False, compare=False)  # BM25 term frequencies
 
 
 @dataclass
@@ -56,34 +59,40 @@ class Catalog:
         return [self.entries[self.by_name[n]] for n in names if n in self.by_name]
 
 
-def _canonical(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
-
-
 def _server(name: str) -> str | None:
     if "__" in name:
         return name.split("__", 1)[0]
     return None
 
 
-def build_catalog(key: str, tools: Sequence[dict[str, Any]]) -> Catalog:
+def tool_entry(tool: dict[str, Any], canonical: bytes) -> ToolEntry:
+    """Everything derived from one tool schema (computed once per distinct schema)."""
+    fn = tool.get("function") or {}
+    name = str(fn.get("name", ""))
+    description = str(fn.get("description") or "")
+    params = fn.get("parameters") or {}
+    props = params.get("properties") if isinstance(params, dict) else None
+    param_text = []
+    if isinstance(props, dict):
+        for pname, spec in props.items():
+            param_text.append(pname)
+            if isinstance(spec, dict) and isinstance(spec.get("description"), str):
+                param_text.append(spec["description"][:200])
+    return ToolEntry(name, orjson.loads(canonical), len(canonical), description, _server(name), canonical,
+                     term_frequencies(name, description, " ".join(param_text)))
+
+
+def build_catalog(key: str, tools: Sequence[dict[str, Any]],
+                  known: dict[bytes, ToolEntry] | None = None) -> Catalog:
+    """A catalog from a tools array; `known` holds entries of schemas seen before (by their bytes)."""
+    known = {} if known is None else known
     entries = []
-    docs = []
     for tool in tools:
-        fn = tool.get("function") or {}
-        name = str(fn.get("name", ""))
-        description = str(fn.get("description") or "")
-        canonical = _canonical(tool)
-        entries.append(ToolEntry(name, canonical, len(orjson.dumps(canonical)), description, _server(name)))
-        params = fn.get("parameters") or {}
-        props = params.get("properties") if isinstance(params, dict) else None
-        param_text = []
-        if isinstance(props, dict):
-            for pname, spec in props.items():
-                param_text.append(pname)
-                if isinstance(spec, dict) and isinstance(spec.get("description"), str):
-                    param_text.append(spec["description"][:200])
-        docs.append((name, description, " ".join(param_text)))
+        canonical = orjson.dumps(tool, option=orjson.OPT_SORT_KEYS)
+        entry = known.get(canonical)
+        if entry is None:
+            entry = known[canonical] = tool_entry(tool, canonical)
+        entries.append(entry)
     by_name = {e.name: i for i, e in enumerate(entries)}
     names = sorted((n for n in by_name if n), key=len, reverse=True)
     pattern = None
@@ -91,16 +100,20 @@ def build_catalog(key: str, tools: Sequence[dict[str, Any]]) -> Catalog:
         # Whole words only: a name is never matched inside a longer identifier.
         alternatives = "|".join(re.escape(n) for n in names)
         pattern = re.compile(rf"(?<![A-Za-z0-9_\-])({alternatives})(?![A-Za-z0-9_\-])")
-    return Catalog(key, tuple(entries), by_name, LexicalIndex(docs), pattern)
+    return Catalog(key, tuple(entries), by_name, LexicalIndex([e.terms for e in entries]), pattern)
 
 
 class CatalogCache:
-    """Catalogs by content hash (LRU), with token counts computed off the request path."""
+    """Catalogs by content hash (LRU), and per-schema derived data (entries, index terms, token
+    counts) by the schema's bytes, so a catalog that changes by one tool re-derives one tool."""
 
-    def __init__(self, tokens: TokenCounter, size: int = 64) -> None:
+    def __init__(self, tokens: TokenCounter, size: int = 64, tool_size: int = 20_000) -> None:
         self.tokens = tokens
         self._size = size
+        self._tool_size = tool_size
         self._catalogs: OrderedDict[str, Catalog] = OrderedDict()
+        self._entries: dict[bytes, ToolEntry] = {}
+        self._token_counts: dict[bytes, int] = {}
         self._lock = threading.Lock()
 
     def get(self, tools: Sequence[dict[str, Any]]) -> Catalog:
@@ -111,7 +124,9 @@ class CatalogCache:
         if catalog is not None:
             self._catalogs.move_to_end(key)
             return catalog
-        catalog = build_catalog(key, tools)
+        if len(self._entries) > self._tool_size:  # bounded: start over rather than grow without end
+            self._entries = {}
+        catalog = build_catalog(key, tools, self._entries)
         self._catalogs[key] = catalog
         if len(self._catalogs) > self._size:
             self._catalogs.popitem(last=False)
@@ -120,11 +135,14 @@ class CatalogCache:
 
     def _count_tokens(self, catalog: Catalog) -> None:
         with self._lock:
+            if len(self._token_counts) > self._tool_size:
+                self._token_counts = {}
             for entry in catalog.entries:
-                catalog.tokens[entry.name] = self.tokens.count(orjson.dumps(entry.tool).decode())
+                count = self._token_counts.get(entry.canonical)
+                if count is None:
+                    count = self._token_counts[entry.canonical] = self.tokens.count(entry.canonical.decode())
+                catalog.tokens[entry.name] = count
 
     def tool_tokens(self, catalog: Catalog, entries: Iterable[ToolEntry]) -> int:
         """Token count of these tools (an estimate until the background count is done)."""
         return sum(catalog.tokens.get(e.name, e.chars // 4) for e in entries)
-
-

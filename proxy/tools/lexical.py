@@ -20,32 +20,33 @@ K1 = 1.2
 B = 0.75
 
 
+def term_frequencies(name: str, description: str, params: str) -> dict[str, float]:
+    """One tool's weighted term frequencies: computed once per schema and cached with it."""
+    tf: dict[str, float] = defaultdict(float)
+    for word in split_identifier(name):
+        tf[stem(word)] += NAME_WEIGHT
+    for word in terms(description):
+        tf[word] += DESCRIPTION_WEIGHT
+    for word in terms(params):
+        tf[word] += PARAM_WEIGHT
+    return dict(tf)
+
+
 class LexicalIndex:
-    def __init__(self, docs: Sequence[tuple[str, str, str]]) -> None:
-        """`docs`: (name, description, parameter text) per tool, in catalog order."""
+    def __init__(self, docs: Sequence[dict[str, float]]) -> None:
+        """`docs`: each tool's `term_frequencies`, in catalog order."""
         self.size = len(docs)
-        postings: dict[str, dict[int, float]] = defaultdict(dict)
-        lengths = []
-        for i, (name, description, params) in enumerate(docs):
-            tf: dict[str, float] = defaultdict(float)
-            for word in split_identifier(name):
-                tf[stem(word)] += NAME_WEIGHT
-            for word in terms(description):
-                tf[word] += DESCRIPTION_WEIGHT
-            for word in terms(params):
-                tf[word] += PARAM_WEIGHT
-            lengths.append(sum(tf.values()))
+        postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        lengths = [sum(tf.values()) for tf in docs]
+        for i, tf in enumerate(docs):
             for word, weight in tf.items():
-                postings[word][i] = weight
+                postings[word].append((i, weight))
         average = (sum(lengths) / len(lengths)) if lengths else 1.0
+        norms = [K1 * (1 - B + B * length / average) for length in lengths]
         self._postings: dict[str, list[tuple[int, float]]] = {}
         for word, docs_tf in postings.items():
             idf = math.log(1 + (self.size - len(docs_tf) + 0.5) / (len(docs_tf) + 0.5))
-            weighted = []
-            for doc, frequency in docs_tf.items():
-                norm = K1 * (1 - B + B * lengths[doc] / average)
-                weighted.append((doc, idf * frequency * (K1 + 1) / (frequency + norm)))
-            self._postings[word] = weighted
+            self._postings[word] = [(doc, idf * f * (K1 + 1) / (f + norms[doc])) for doc, f in docs_tf]
 
     def scores(self, query: str) -> dict[int, float]:
         """BM25 score per tool index, for tools sharing at least one word with the query."""

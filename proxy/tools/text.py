@@ -11,7 +11,6 @@ from functools import lru_cache
 
 import snowballstemmer
 
-_WORD = re.compile(r"[A-Za-z0-9]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _STEMMER = snowballstemmer.stemmer("english")
 
@@ -37,11 +36,8 @@ def stem(word: str) -> str:
 
 
 def split_identifier(name: str) -> list[str]:
-    """`github__createPullRequest` → ['github', 'create', 'pull', 'request']."""
-    parts: list[str] = []
-    for chunk in _WORD.findall(name):
-        parts.extend(p.lower() for p in _CAMEL.findall(chunk))
-    return parts
+    """`github__createPullRequest` → ['github', 'create', 'pull', 'request'] (any text: one regex pass)."""
+    return [p.lower() for p in _CAMEL.findall(name)]
 
 
 def terms(text: str) -> list[str]:
