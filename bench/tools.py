@@ -3,7 +3,9 @@
     python bench/tools.py [--quick]
 
 1. Everything loaded vs what Keel ships, on the real 8-server / 208-tool catalog, counted
-   by the stand-in provider (tiktoken o200k_base) for a targeted and a conversational prompt.
+   by the stand-in provider (tiktoken o200k_base) for a targeted and a conversational prompt,
+   per `search.listing` (names, the default, names every deferred tool: DESIGN's invariant 3;
+   auto and groups fold name families into counts for fewer tokens).
 2. Ranker quality: MetaTool (199 tools, 995 query→tool rows, 1,040 awareness rows) and
    `bench/data/agent_queries.jsonl` (queries over the 208-tool catalog, a third of them
    paraphrases sharing no word with the tool's name, plus turns that need no tool).
@@ -82,8 +84,9 @@ def seed_table() -> None:
                 keel.stop()
     finally:
         standin.stop()
-    print(f"\n1. Tool block, everything loaded vs through Keel ({len(tools)} tools, 8 servers; shortlist 5;"
-          " tokens by the stand-in, o200k_base; shipped count includes tool_search)")
+    print(f"\n1. Tool block, everything loaded vs through Keel ({len(tools)} tools, 8 servers; shortlist 5, cut at a"
+          " 20% score drop; tokens by the stand-in, o200k_base; shipped count includes tool_search; listing 'names'"
+          " is the default and names every deferred tool)")
     print(f"   targeted: {TARGETED!r}; conversational: {CONVERSATIONAL!r}")
     table(["prompt", "search.listing", "loaded tools", "loaded tokens", "shipped tools", "shipped tokens", "cut",
            "x-keel-tools"], rows)
