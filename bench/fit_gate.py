@@ -39,15 +39,19 @@ def lexical(queries: list[str], catalog: Catalog) -> np.ndarray:
 
 
 def semantic(queries: list[str], catalog: Catalog) -> np.ndarray:
-    from proxy.tools.local import LocalEncoder, tool_text
+    from proxy.tools.gate import SemanticEvidence
+    from proxy.tools.local import GateExamples, LocalEncoder, tool_text
 
     encoder = LocalEncoder(MODEL_DIR)
+    examples = GateExamples(encoder)
     matrix = encoder.encode([tool_text(e) for e in catalog.entries])
     ranker = LexicalRanker()
     out = []
     for q in queries:  # one query at a time, as Keel encodes them
-        cosines = np.sort(matrix @ encoder.encode([q])[0])[::-1][:5].tolist()
-        out.append(semantic_features(q, ranker.rank_now(q, catalog, range(len(catalog.entries)), 5).top_score, cosines))
+        vector = encoder.encode([q])[0]
+        evidence = SemanticEvidence(np.sort(matrix @ vector)[::-1][:5].tolist(), examples.margin(vector))
+        top = ranker.rank_now(q, catalog, range(len(catalog.entries)), 5).top_score
+        out.append(semantic_features(q, top, evidence))
     return np.array(out)
 
 

@@ -96,3 +96,15 @@ def test_gate_weighs_the_cosines(encoder: LocalEncoder) -> None:
     assert lexical.rank_now(query, with_chat, range(len(with_chat.entries)), 5).needs_tool == \
         lexical.rank_now(query, without, range(len(without.entries)), 5).needs_tool
     assert near > 2 * far
+
+
+def test_gate_examples_tell_requests_from_tasks(encoder: LocalEncoder) -> None:
+    """Closer to the built-in needs-tool examples than to the no-tool ones: a live lookup; the
+    reverse: a writing task. Neither sentence is one of the examples."""
+    from proxy.tools.gate import NEEDS_TOOL_EXAMPLES, NO_TOOL_EXAMPLES
+    from proxy.tools.local import GateExamples
+
+    examples = GateExamples(encoder)
+    live, task = "What's the exchange rate of the yen today?", "Write a sonnet about autumn leaves"
+    assert live not in NEEDS_TOOL_EXAMPLES and task not in NO_TOOL_EXAMPLES
+    assert examples.margin(encoder.encode([live])[0]) > 0 > examples.margin(encoder.encode([task])[0])

@@ -4,7 +4,8 @@ A small logistic model over the ranking's raw top score and the shape of the mes
 a task the model does itself ("write a haiku", "explain…"), a knowledge question ("why…"),
 a request to fetch or act ("can you find…", "show me…"), real-world or live words
 ("latest", "price", "my"…), and small talk (always no); with the `local` backend also the
-model's raw cosines to the nearest tools. Its weights are fitted by
+model's raw cosines to the nearest tools and to built-in examples of turns that do and do not
+need a tool. Its weights are fitted by
 `bench/fit_gate.py` on MetaTool's awareness set and Keel's labelled agent queries; that
 script prints held-out accuracy, and `bench/tools.py` reports the gate as shipped.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from proxy.tools.text import terms
 
@@ -86,26 +88,67 @@ def features(text: str, top_score: float) -> list[float]:
     ]
 
 
-# The same features plus the local model's cosines (top, top - 5th, mean of the top 5; each x10),
-# for all-MiniLM-L6-v2: a turn close to some tool's description in meaning needs a tool more often.
-SEMANTIC_WEIGHTS = (-5.425, 0.824, 0.788, -0.899, -0.457, 0.965, 0.465, -0.265, -0.524, -0.241, -0.489, 0.573,
-                    0.637, -0.036, 0.653)
+# Turns that need a tool and turns that do not, for the local model's gate: a turn close in
+# meaning to the first kind more than to the second likelier needs a tool, whatever the catalog.
+# Written for Keel, generic on purpose (none is taken from an evaluation set).
+NEEDS_TOOL_EXAMPLES = (
+    "What's the weather in Berlin right now?", "Book a table for two at an Italian restaurant tonight.",
+    "Find flights from London to New York next Friday.", "What is Apple's stock price today?",
+    "Show me the latest news about the election.", "Send a message to the team channel saying the build is fixed.",
+    "Create a new branch in my repository.", "Look up the reviews for this hotel.",
+    "Search the web for the newest iPhone release date.", "Order a large pepperoni pizza for delivery.",
+    "Check my calendar for meetings tomorrow.", "Convert 100 US dollars to euros at today's rate.",
+    "Find a nearby pharmacy that is open now.", "Get the directions from my office to the airport.",
+    "What are the trending topics on Twitter today?", "Read the file report.txt and tell me what it says.",
+    "List the open issues in our project.", "Track my package with this tracking number.",
+    "Play some relaxing jazz music.", "Buy tickets for the concert on Saturday.",
+    "Find the cheapest parking garage near the stadium.", "What movies are showing at the cinema this weekend?",
+    "Check whether my server at example.com is up.", "Add milk and eggs to my shopping list.",
+    "Translate and download the subtitles for this YouTube video.",
+)
+NO_TOOL_EXAMPLES = (
+    "Write a short poem about the sea.", "Explain how photosynthesis works.",
+    "What is the difference between a virus and a bacterium?", "Summarize the following paragraph in one sentence.",
+    "Translate this sentence into French.", "Give me three ideas for a birthday party theme.", "Why do cats purr?",
+    "Rewrite this email so it sounds more polite.", "What does the word ephemeral mean?",
+    "Tell me a joke about programmers.", "How do I stay motivated when studying?",
+    "Compose a limerick about a lazy dog.", "What are the pros and cons of remote work?",
+    "Who wrote Pride and Prejudice?", "Describe the plot of Hamlet in a few lines.", "Solve 2x + 3 = 11.",
+    "Brainstorm names for a coffee shop.", "Is it better to rent or buy a house, in general?",
+    "What would a good first sentence for a novel be?", "Pretend you are a pirate and greet me.",
+    "Help me outline an essay on climate change.", "Classify these words as nouns or verbs.",
+    "What causes the seasons on Earth?", "Give me advice on how to be a better listener.",
+    "Draft a thank-you note for my colleague.",
+)
+
+# The same features plus the local model's evidence, each x10: the best five raw cosines to
+# the catalog's tools (top, top - 5th, mean) and the margin between the turn's closeness to the
+# needs-tool and the no-tool examples (mean of the best three each). Fitted for all-MiniLM-L6-v2.
+SEMANTIC_WEIGHTS = (-5.001, 0.775, 0.596, -0.738, -0.510, 0.936, 0.282, -0.115, -0.422, -0.284, -0.492, 0.610,
+                    0.607, -0.016, 0.560, 0.997)
 
 
-def semantic_features(text: str, top_score: float, cosines: Sequence[float]) -> list[float]:
-    """`features` plus the best five raw cosines' evidence (`cosines` sorted, best first)."""
-    top5 = list(cosines[:5]) or [0.0]
-    return [*features(text, top_score), 10 * top5[0], 10 * (top5[0] - top5[-1]), 10 * sum(top5) / len(top5)]
+@dataclass(frozen=True)
+class SemanticEvidence:
+    cosines: Sequence[float]  # the best raw cosines to the catalog's tools, best first
+    example_margin: float  # closeness to NEEDS_TOOL_EXAMPLES minus closeness to NO_TOOL_EXAMPLES
 
 
-def needs_tool_probability(top_score: float, text: str, cosines: Sequence[float] | None = None) -> float:
-    """P(the turn needs a tool); small talk is always 0. `cosines`: the local model's best raw
-    cosines, when the ranking has them."""
+def semantic_features(text: str, top_score: float, evidence: SemanticEvidence) -> list[float]:
+    """`features` plus the local model's evidence."""
+    top5 = list(evidence.cosines[:5]) or [0.0]
+    return [*features(text, top_score), 10 * top5[0], 10 * (top5[0] - top5[-1]), 10 * sum(top5) / len(top5),
+            10 * evidence.example_margin]
+
+
+def needs_tool_probability(top_score: float, text: str, evidence: SemanticEvidence | None = None) -> float:
+    """P(the turn needs a tool); small talk is always 0. `evidence`: the local model's, when the
+    ranking has it."""
     if conversational(text):
         return 0.0
-    if cosines is None:
+    if evidence is None:
         pairs = zip(WEIGHTS, features(text, top_score), strict=True)
     else:
-        pairs = zip(SEMANTIC_WEIGHTS, semantic_features(text, top_score, cosines), strict=True)
+        pairs = zip(SEMANTIC_WEIGHTS, semantic_features(text, top_score, evidence), strict=True)
     z = sum(w * x for w, x in pairs)
     return 1 / (1 + math.exp(-z))

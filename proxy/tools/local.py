@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from proxy.tools.catalog import Catalog, ToolEntry
-from proxy.tools.gate import needs_tool_probability
+from proxy.tools.gate import NEEDS_TOOL_EXAMPLES, NO_TOOL_EXAMPLES, SemanticEvidence, needs_tool_probability
 from proxy.tools.ranking import LexicalRanker, Ranking, confidence
 
 BM25_WEIGHT = 0.2
@@ -66,6 +66,7 @@ def tool_text(entry: ToolEntry) -> str:
 class LocalRanker:
     def __init__(self, encoder: LocalEncoder) -> None:
         self.encoder = encoder
+        self.examples = GateExamples(encoder)
         self.lexical = LexicalRanker()
         self._vectors: dict[str, Any] = {}  # schema hash → vector
         self._matrices: dict[str, Any] = {}  # catalog key → matrix (rows in catalog order)
@@ -112,14 +113,30 @@ class LocalRanker:
 
     def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
-        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, gate_cosines=True)
+        margin = self.examples.margin(vector)
+        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist,
+                    lambda cosines: SemanticEvidence(cosines, margin))
+
+
+class GateExamples:
+    """The gate's example turns as vectors (gate.NEEDS_TOOL_EXAMPLES / NO_TOOL_EXAMPLES)."""
+
+    def __init__(self, encoder: LocalEncoder) -> None:
+        self.needs = encoder.encode(NEEDS_TOOL_EXAMPLES)
+        self.none = encoder.encode(NO_TOOL_EXAMPLES)
+
+    def margin(self, vector: Any) -> float:
+        """Mean cosine to the three closest needs-tool examples minus that to the three closest others."""
+        import numpy as np
+
+        return float(np.sort(self.needs @ vector)[-3:].mean() - np.sort(self.none @ vector)[-3:].mean())
 
 
 def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
-         shortlist: int, gate_cosines: bool = False) -> Ranking:
+         shortlist: int, evidence: Callable[[list[float]], SemanticEvidence] | None = None) -> Ranking:
     """0.2 x BM25/max + 0.8 x min-max-scaled cosine over the candidates (rows of `matrix`).
-    `gate_cosines`: the needs-tool gate also weighs the raw cosines (its weights are fitted
-    for the local model; another model's cosines live on another scale)."""
+    `evidence`: the needs-tool gate also weighs the local model's evidence, built from the best
+    raw cosines (its weights are fitted for that model; another's cosines live on another scale)."""
     import numpy as np
 
     if not candidates:
@@ -134,6 +151,6 @@ def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Seq
     fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
     order = np.argsort(-fused, kind="stable")
     scores = tuple(float(fused[i]) for i in order)
-    best = np.sort(cosine)[::-1][:5].tolist() if gate_cosines else None
-    return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query, best),
+    gate = evidence(np.sort(cosine)[::-1][:5].tolist()) if evidence else None
+    return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query, gate),
                    confidence(scores, shortlist))
