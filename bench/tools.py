@@ -191,10 +191,11 @@ async def quality_tables() -> None:
     table(["backend", "set", "tools", "queries", "R@1", "R@5", "MRR", "surfaced", "avg shipped", "gate rows", "gate acc"], rows)
 
 
-def end_to_end(backend: str) -> list[Any]:
+def end_to_end(backend: str, search: dict[str, Any] | None = None) -> list[Any]:
     """Does the client end up calling the right tool, and after how many tool_search rounds?"""
     standin, standin_url = start_standin(rules="none")
-    keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "select": select_for(backend)}})
+    keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "select": select_for(backend),
+                                                           "search": search or {}}})
     agent = [json.loads(line) for line in AGENT_QUERIES.read_text().splitlines()]
     targeted = [r for r in agent if r["tool"]]
     tools = agent_tools()
@@ -224,8 +225,8 @@ def end_to_end(backend: str) -> list[Any]:
     good = outcomes["direct"] + outcomes["one search"]
     if missed:
         print(f"   {backend}: missed {len(missed)}: " + "; ".join(missed[:8]) + (" …" if len(missed) > 8 else ""))
-    return [backend, n, outcomes["direct"], outcomes["one search"], outcomes["more"], outcomes["wrong or none"],
-            f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"]
+    return [backend, (search or {}).get("max_results", 5), n, outcomes["direct"], outcomes["one search"],
+            outcomes["more"], outcomes["wrong or none"], f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"]
 
 
 def latency(quick: bool) -> None:
@@ -273,9 +274,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     seed_table()
     asyncio.run(quality_tables())
-    e2e = [end_to_end(backend) for backend in backends()]
+    e2e = [end_to_end(backend, {"max_results": results}) for backend in backends() for results in (5, 8)]
     print(f"\n3. End to end through Keel and the stand-in (targeted queries over {len(agent_tools())} tools; the"
-          " stand-in searches with the user's words, never the tool's name)")
-    table(["backend", "queries", "right, no search", "right, one search", "more searches", "wrong or none",
-           "share with a round trip", "success (<=1 search)"], e2e)
+          " stand-in searches with the user's words, never the tool's name; search.max_results 5 is the default)")
+    table(["backend", "search results", "queries", "right, no search", "right, one search", "more searches",
+           "wrong or none", "share with a round trip", "success (<=1 search)"], e2e)
     latency(args.quick)
