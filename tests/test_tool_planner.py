@@ -13,7 +13,7 @@ from proxy.metrics import Metrics
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlan, ToolPlanner
-from proxy.tools.search import listing
+from proxy.tools.search import listing, search_tool
 
 NAMES = ["get_me", "get_weather", "create_branch", "create_issue", "list_issues", "search_code", "send_email",
          "read_file", "write_file", "delete_file", "fetch", "convert_time", "maps_geocode", "slack_post_message"]
@@ -156,3 +156,13 @@ def test_auto_listing_folds_only_what_the_budget_needs() -> None:
     assert listing(names, "auto", len(full)) == full
     assert listing(names, "auto", len(full) - 1) == "backlinks_* (4), get_{me,you}, read_file"
     assert listing(names, "auto", 0) == listing(names, "groups")
+
+
+def test_search_tool_explains_only_the_notation_it_uses() -> None:
+    def description(names: tuple[str, ...], mode: str = "names") -> str:
+        text: str = search_tool(names, mode)["function"]["description"]
+        return text
+
+    assert "not loaded yet: fetch, read_file." in description(("fetch", "read_file"))
+    assert "(a_{b,c} = a_b, a_c): get_{me,you}." in description(("get_me", "get_you"))
+    assert "(a_* (n) = n tools named a_…): get_* (2)." in description(("get_me", "get_you"), "groups")

@@ -43,7 +43,7 @@ def last_upstream_body(standin: ServerThread) -> dict[str, Any]:
 
 def expand(description: str) -> set[str]:
     """Every name in a tool_search description, braces expanded (a_{b,c} → a_b, a_c)."""
-    listing = description.split("): ", 1)[1].rsplit(". Call", 1)[0]
+    listing = description.split("not loaded yet", 1)[1].split(": ", 1)[1].rsplit(". Call", 1)[0]
     out: set[str] = set()
     for part in listing.split("; "):
         server, sep, inner = part.partition("__{")
@@ -102,7 +102,7 @@ def test_auto_listing_stays_within_budget(standin: ServerThread, start_keel: Cal
     assert r.http_response.status_code == 200
     sent = last_upstream_body(standin)
     description = sent["tools"][-1]["function"]["description"]
-    listed = description.split("): ", 1)[1].rsplit(". Call", 1)[0]
+    listed = description.split("not loaded yet", 1)[1].split(": ", 1)[1].rsplit(". Call", 1)[0]
     assert len(listed) <= 700
     deferred = {t["function"]["name"] for t in tools} - set(names(sent))
     folded = dict(re.findall(r"(\w+)_\* \((\d+)\)", listed))

@@ -105,7 +105,7 @@ def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int =
     legend = "; ".join(
         text for marker, text in (("_{", "a_{b,c} = a_b, a_c"), ("_* (", "a_* (n) = n tools named a_…")) if marker in listed)
     description = (
-        "Load more tools. Not loaded yet" + (f" ({legend})" if legend else "") + f": {listed}. "
+        "Load more tools. These exist but are not loaded yet" + (f" ({legend})" if legend else "") + f": {listed}. "
         f"Call {SEARCH_TOOL} with what you need, or with exact names, and the matching tools become callable "
         "in your next step."
     )
