@@ -191,6 +191,9 @@ async def quality_tables() -> None:
     table(["backend", "set", "tools", "queries", "R@1", "R@5", "MRR", "surfaced", "avg shipped", "gate rows", "gate acc"], rows)
 
 
+MISSES: list[str] = []  # end-to-end misses, printed under the table
+
+
 def end_to_end(backend: str, search: dict[str, Any] | None = None) -> list[Any]:
     """Does the client end up calling the right tool, and after how many tool_search rounds?"""
     standin, standin_url = start_standin(rules="none")
@@ -223,9 +226,11 @@ def end_to_end(backend: str, search: dict[str, Any] | None = None) -> list[Any]:
         standin.stop()
     n = len(targeted)
     good = outcomes["direct"] + outcomes["one search"]
+    results = (search or {}).get("max_results", 5)
     if missed:
-        print(f"   {backend}: missed {len(missed)}: " + "; ".join(missed[:8]) + (" …" if len(missed) > 8 else ""))
-    return [backend, (search or {}).get("max_results", 5), n, outcomes["direct"], outcomes["one search"],
+        MISSES.append(f"   {backend}, {results} results: missed {len(missed)}: " + "; ".join(missed[:8])
+                      + (" …" if len(missed) > 8 else ""))
+    return [backend, results, n, outcomes["direct"], outcomes["one search"],
             outcomes["more"], outcomes["wrong or none"], f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"]
 
 
@@ -279,4 +284,5 @@ if __name__ == "__main__":
           " stand-in searches with the user's words, never the tool's name; search.max_results 5 is the default)")
     table(["backend", "search results", "queries", "right, no search", "right, one search", "more searches",
            "wrong or none", "share with a round trip", "success (<=1 search)"], e2e)
+    print("\n".join(MISSES))
     latency(args.quick)
