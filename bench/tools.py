@@ -191,11 +191,9 @@ async def quality_tables() -> None:
     table(["backend", "set", "tools", "queries", "R@1", "R@5", "MRR", "surfaced", "avg shipped", "gate rows", "gate acc"], rows)
 
 
-MISSES: list[str] = []  # end-to-end misses, printed under the table
-
-
-def end_to_end(backend: str, search: dict[str, Any] | None = None) -> list[Any]:
-    """Does the client end up calling the right tool, and after how many tool_search rounds?"""
+def end_to_end(backend: str, search: dict[str, Any] | None = None) -> tuple[list[Any], str]:
+    """Does the client end up calling the right tool, and after how many tool_search rounds?
+    Returns the table row and a line naming the misses."""
     standin, standin_url = start_standin(rules="none")
     keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "select": select_for(backend),
                                                            "search": search or {}}})
@@ -227,11 +225,10 @@ def end_to_end(backend: str, search: dict[str, Any] | None = None) -> list[Any]:
     n = len(targeted)
     good = outcomes["direct"] + outcomes["one search"]
     results = (search or {}).get("max_results", 5)
-    if missed:
-        MISSES.append(f"   {backend}, {results} results: missed {len(missed)}: " + "; ".join(missed[:8])
-                      + (" …" if len(missed) > 8 else ""))
+    misses = (f"   {backend}, {results} results: missed {len(missed)}: " + "; ".join(missed[:8])
+              + (" …" if len(missed) > 8 else "")) if missed else ""
     return [backend, results, n, outcomes["direct"], outcomes["one search"],
-            outcomes["more"], outcomes["wrong or none"], f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"]
+            outcomes["more"], outcomes["wrong or none"], f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"], misses
 
 
 def latency(quick: bool) -> None:
@@ -279,10 +276,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     seed_table()
     asyncio.run(quality_tables())
-    e2e = [end_to_end(backend, {"max_results": results}) for backend in backends() for results in (5, 8)]
+    runs = [end_to_end(backend, {"max_results": results}) for backend in backends() for results in (5, 8)]
     print(f"\n3. End to end through Keel and the stand-in (targeted queries over {len(agent_tools())} tools; the"
           " stand-in searches with the user's words, never the tool's name; search.max_results 5 is the default)")
     table(["backend", "search results", "queries", "right, no search", "right, one search", "more searches",
-           "wrong or none", "share with a round trip", "success (<=1 search)"], e2e)
-    print("\n".join(MISSES))
+           "wrong or none", "share with a round trip", "success (<=1 search)"], [row for row, _ in runs])
+    print("\n".join(misses for _, misses in runs if misses))
     latency(args.quick)
