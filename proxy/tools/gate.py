@@ -65,7 +65,7 @@ def conversational(text: str) -> bool:
 
 # intercept, top/10, top/terms, task, knowledge, request, live/3, words/60, multi-line, small talk,
 # task*top/10, request*top/10 (fitted by bench/fit_gate.py)
-WEIGHTS = (-2.373, 1.581, 1.178, -0.892, -0.577, 1.125, 0.666, -0.243, -0.554, -0.422, -0.432, 0.736)
+WEIGHTS = (-2.371, 1.583, 1.176, -0.892, -0.577, 1.124, 0.665, -0.246, -0.556, -0.422, -0.433, 0.736)
 
 
 def features(text: str, top_score: float) -> list[float]:
@@ -124,7 +124,7 @@ NO_TOOL_EXAMPLES = (
 # The same features plus the local model's evidence, each x10: the best five raw cosines to
 # the catalog's tools (top, top - 5th, mean) and the margin between the turn's closeness to the
 # needs-tool and the no-tool examples (mean of the best three each). Fitted for all-MiniLM-L6-v2.
-SEMANTIC_WEIGHTS = (-5.001, 0.775, 0.596, -0.738, -0.510, 0.936, 0.282, -0.115, -0.422, -0.284, -0.492, 0.610,
+SEMANTIC_WEIGHTS = (-5.001, 0.775, 0.594, -0.738, -0.510, 0.936, 0.282, -0.117, -0.423, -0.284, -0.492, 0.610,
                     0.607, -0.016, 0.560, 0.997)
 
 

@@ -23,7 +23,7 @@ STOPWORDS = frozenset(
     please same shall she should show so some such than that the their theirs them themselves then there these
     they this those through to too under until up us very want was we were what when where which while who whom
     why will with would yes you your yours yourself yourselves able anything assist currently detailed details
-    find help information info interested kindly know looking lot lots many may much need needs one possible
+    find help information interested kindly know looking lot lots many may much need needs one possible
     provide really recommend request requesting something specific specifically suggest sure tell way well
     wondering
     """.split()  # noqa: SIM905
