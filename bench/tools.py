@@ -144,6 +144,7 @@ async def surfaced(planner: ToolPlanner, tenant: Any, tools: list[dict[str, Any]
 async def quality(backend: str, ranker: Any, name: str, tools: list[dict[str, Any]],
                   targeted: list[tuple[str, str]], needs: list[tuple[str, bool]]) -> list[Any]:
     catalog = CatalogCache(TokenCounter()).get(tools)
+    assert catalog is not None
     everything = list(range(len(tools)))
     planner, tenant = planner_for(Synchronous(ranker), defer={"schema_chars": 0})
     r1 = r5 = mrr = in_surfaced = 0.0
@@ -241,6 +242,7 @@ def latency(quick: bool) -> None:
         cache = CatalogCache(TokenCounter())
         started = time.perf_counter()
         catalog = cache.get(tools)
+        assert catalog is not None
         build_ms = (time.perf_counter() - started) * 1000
         while len(catalog.tokens) < len(catalog.entries):  # token counting runs once, in the background
             time.sleep(0.05)

@@ -8,6 +8,7 @@ that tool only, never re-tokenizes the rest.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import threading
 from collections import OrderedDict
@@ -41,6 +42,21 @@ class Catalog:
     index: LexicalIndex
     _name_pattern: re.Pattern[str] | None = None
     tokens: dict[str, int] = field(default_factory=dict)  # filled in the background
+    _memo: dict[tuple[Any, ...], frozenset[str]] = field(default_factory=dict, repr=False)
+
+    def matching(self, globs: tuple[str, ...]) -> frozenset[str]:
+        """Names matching any of these globs (`defer.always`), computed once per catalog."""
+        key = ("globs", globs)
+        if key not in self._memo:
+            self._memo[key] = frozenset(n for n in self.by_name if any(fnmatch.fnmatchcase(n, g) for g in globs))
+        return self._memo[key]
+
+    def smaller_than(self, chars: int) -> frozenset[str]:
+        """Tools whose schema is shorter than `chars` (`defer.schema_chars`), computed once per catalog."""
+        key = ("chars", chars)
+        if key not in self._memo:
+            self._memo[key] = frozenset(e.name for e in self.entries if e.chars < chars)
+        return self._memo[key]
 
     def names_in(self, text: str, cap: int) -> list[str]:
         """Tools named in `text` as whole words (never inside a longer word), at most `cap`."""
@@ -57,6 +73,14 @@ class Catalog:
 
     def entries_for(self, names: Iterable[str]) -> list[ToolEntry]:
         return [self.entries[self.by_name[n]] for n in names if n in self.by_name]
+
+
+def valid_tools(tools: Any) -> bool:
+    """A list of function tools, each with a string name: what Keel can defer."""
+    return isinstance(tools, list) and all(
+        isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
+        for t in tools
+    )
 
 
 def _server(name: str) -> str | None:
@@ -116,7 +140,9 @@ class CatalogCache:
         self._token_counts: dict[bytes, int] = {}
         self._lock = threading.Lock()
 
-    def get(self, tools: Sequence[dict[str, Any]]) -> Catalog:
+    def get(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
+        """The catalog of this tools array; None when it is not a list of function tools (checked
+        once per distinct array: a cached catalog was valid when it was built)."""
         # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
         # about 5x sha256 here (0.1 ms for a 1,000-tool, 1 MB array).
         key = blake3(orjson.dumps(tools)).hexdigest()
@@ -124,6 +150,8 @@ class CatalogCache:
         if catalog is not None:
             self._catalogs.move_to_end(key)
             return catalog
+        if not valid_tools(tools):
+            return None
         if len(self._entries) > self._tool_size:  # bounded: start over rather than grow without end
             self._entries = {}
         catalog = build_catalog(key, tools, self._entries)

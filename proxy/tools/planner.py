@@ -11,7 +11,6 @@ always-surfaced tools, never a failed turn.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -43,13 +42,6 @@ class ToolPlan:
     offered: int
     outcome: str  # ranked | no_tool_needed | ranking_failed | segment
     dispatch: bool = False  # later tools are called through call_tool; the block never changes
-
-
-def _valid_tools(tools: Any) -> bool:
-    return isinstance(tools, list) and all(
-        isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
-        for t in tools
-    )
 
 
 def tools_update(entries: Sequence[Any]) -> str:
@@ -108,13 +100,11 @@ class ToolPlanner:
     async def plan(self, request: ChatRequest) -> ChatRequest:
         cfg = request.tenant.tools
         tools = request.body.get("tools")
-        if not cfg.defer.enabled or not isinstance(tools, list) or not _valid_tools(tools):
+        if not cfg.defer.enabled or not isinstance(tools, list) or len(tools) < cfg.defer.min_tools:
             return request
-        if len(tools) < cfg.defer.min_tools:
-            return request
-        if any(t["function"]["name"] == SEARCH_TOOL for t in tools):
-            return request  # the client has its own tool_search: leave its tools alone
         catalog = self.catalogs.get(tools)
+        if catalog is None or SEARCH_TOOL in catalog.by_name:
+            return request  # not function tools, or the client has its own tool_search: leave them alone
         records = request.location.records if request.location else ()
         messages = splice(request.messages, records)
         query = newest_user_text(messages)
@@ -270,14 +260,14 @@ class ToolPlanner:
                 found: Sequence[str]) -> set[str]:
         cfg = request.tenant.tools
         pinned = set(catalog.names_in(query, cfg.select.shortlist))
-        pinned |= {n for n in catalog.by_name if any(fnmatch.fnmatchcase(n, g) for g in cfg.defer.always)}
+        pinned |= catalog.matching(cfg.defer.always)
         pinned |= (called_tools(messages) | set(found)) & catalog.by_name.keys()
         choice = request.body.get("tool_choice")
         if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
             name = choice["function"].get("name")
             if name in catalog.by_name:
                 pinned.add(name)
-        pinned |= {e.name for e in catalog.entries if e.chars < cfg.defer.schema_chars}
+        pinned |= catalog.smaller_than(cfg.defer.schema_chars)
         return pinned
 
     async def _rank(self, request: ChatRequest, catalog: Catalog, query: str,
