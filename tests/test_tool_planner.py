@@ -166,3 +166,15 @@ def test_search_tool_explains_only_the_notation_it_uses() -> None:
     assert "not loaded yet: fetch, read_file." in description(("fetch", "read_file"))
     assert "(a_{b,c} = a_b, a_c): get_{me,you}." in description(("get_me", "get_you"))
     assert "(a_* (n) = n tools named a_…): get_* (2)." in description(("get_me", "get_you"), "groups")
+
+
+@pytest.mark.parametrize("bad", [{"type": "custom", "name": "x"}, {"type": "function", "function": {}}, "fetch"])
+async def test_malformed_tools_pass_through(bad: Any) -> None:
+    """A tools array Keel cannot read is left exactly as the client sent it (the upstream judges it)."""
+    p, _ = planner(FakeRanker(best=NAMES))
+    req = request("create a branch")
+    tools = [*catalog_tools(), bad]
+    planned = await p.plan(req.with_body({**req.body, "tools": tools}))
+    assert planned.body["tools"] == tools and planned.responder is None
+    again = await p.plan(req.with_body({**req.body, "tools": tools}))  # not cached as valid
+    assert again.body["tools"] == tools
