@@ -131,7 +131,7 @@ class CatalogCache:
     """Catalogs by content hash (LRU), and per-schema derived data (entries, index terms, token
     counts) by the schema's bytes, so a catalog that changes by one tool re-derives one tool."""
 
-    def __init__(self, tokens: TokenCounter, size: int = 64, tool_size: int = 20_000) -> None:
+    def __init__(self, tokens: TokenCounter, size: int = 64, tool_size: int = 10_000) -> None:
         self.tokens = tokens
         self._size = size
         self._tool_size = tool_size
