@@ -165,7 +165,24 @@ def test_search_tool_explains_only_the_notation_it_uses() -> None:
 
     assert "not loaded yet: fetch, read_file." in description(("fetch", "read_file"))
     assert "(a_{b,c} = a_b, a_c): get_{me,you}." in description(("get_me", "get_you"))
-    assert "(a_* (n) = n tools named a_…): get_* (2)." in description(("get_me", "get_you"), "groups")
+    assert "(a_* (n) = n tools named a_…, loaded by that pattern in names): get_* (2)." in description(
+        ("get_me", "get_you"), "groups")
+
+
+async def test_search_loads_a_folded_family_by_its_pattern() -> None:
+    """`names: ["get_*"]` loads that family (from the deferred tools only, at most max_results)."""
+    from proxy.tools.ranking import LexicalRanker
+    from proxy.tools.search import answer_search
+
+    cache = CatalogCache(TokenCounter())
+    catalog = cache.get(catalog_tools())
+    assert catalog is not None
+    deferred = [n for n in NAMES if n != "get_weather"]
+    found = await answer_search('{"query": "", "names": ["get_*", "read_file", "nope"]}', catalog, deferred, 5,
+                                LexicalRanker())
+    assert found.found == ("get_me", "read_file")
+    capped = await answer_search('{"query": "", "names": ["*_file"]}', catalog, NAMES, 2, LexicalRanker())
+    assert capped.found == ("delete_file", "read_file")
 
 
 @pytest.mark.parametrize("bad", [{"type": "custom", "name": "x"}, {"type": "function", "function": {}}, "fetch"])

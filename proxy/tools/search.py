@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,7 +104,8 @@ def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int =
     Cached: a conversation's turns usually defer the same tools."""
     listed = listing(deferred, mode, max_chars)
     legend = "; ".join(
-        text for marker, text in (("_{", "a_{b,c} = a_b, a_c"), ("_* (", "a_* (n) = n tools named a_…")) if marker in listed)
+        text for marker, text in (("_{", "a_{b,c} = a_b, a_c"), ("_* (", "a_* (n) = n tools named a_…, loaded by "
+                                                                  "that pattern in names")) if marker in listed)
     description = (
         "Load more tools. These exist but are not loaded yet" + (f" ({legend})" if legend else "") + f": {listed}. "
         f"Call {SEARCH_TOOL} with what you need, or with exact names, and the matching tools become callable "
@@ -118,7 +120,8 @@ def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int =
                 "type": "object",
                 "properties": {
                     "query": {"type": "string", "description": "what the tool should do"},
-                    "names": {"type": "array", "items": {"type": "string"}, "description": "exact tool names to load"},
+                    "names": {"type": "array", "items": {"type": "string"},
+                              "description": "exact tool names (or a_* patterns) to load"},
                 },
                 "required": ["query"],
             },
@@ -145,7 +148,11 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
     given = args.get("names")
     names: list[Any] = given if isinstance(given, list) else []
     allowed = set(deferred)
-    chosen: list[str] = [n for n in names if isinstance(n, str) and n in allowed][:max_results]
+    chosen: list[str] = []
+    for name in (n for n in names if isinstance(n, str)):  # exact names, or a folded family's pattern
+        matches = sorted(fnmatch.filter(deferred, name)) if "*" in name else [name] if name in allowed else []
+        chosen += [m for m in matches if m not in chosen]
+    chosen = chosen[:max_results]
     if len(chosen) < max_results and query:
         candidates = [catalog.by_name[n] for n in deferred if n in catalog.by_name]
         named = [n for n in catalog.names_in(query, max_results) if n in allowed and n not in chosen]
