@@ -79,7 +79,7 @@ def seed_table() -> None:
                     shipped = parse_report(via.headers["x-standin-tools"])
                     cut = 100 * (1 - shipped["tokens"] / direct["tokens"])
                     rows.append([label, mode, direct["count"], f"{direct['tokens']:,}", shipped["count"],
-                                 f"{shipped['tokens']:,}", f"-{cut:.1f}%", via.headers["x-keel-tools"]])
+                                 f"{shipped['tokens']:,}", f"-{cut:.2f}%", via.headers["x-keel-tools"]])
             finally:
                 keel.stop()
     finally:

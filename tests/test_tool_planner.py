@@ -165,8 +165,7 @@ def test_search_tool_explains_only_the_notation_it_uses() -> None:
 
     assert "not loaded yet: fetch, read_file." in description(("fetch", "read_file"))
     assert "(a_{b,c} = a_b, a_c): get_{me,you}." in description(("get_me", "get_you"))
-    assert "(a_* (n) = n tools named a_…, loaded by that pattern in names): get_* (2)." in description(
-        ("get_me", "get_you"), "groups")
+    assert "(a_* (n) = n tools named a_…): get_* (2)." in description(("get_me", "get_you"), "groups")
 
 
 async def test_search_loads_a_folded_family_by_its_pattern() -> None:

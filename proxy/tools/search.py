@@ -103,13 +103,12 @@ def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int =
     """The tool definition; its description lists every deferred tool so each is one search away.
     Cached: a conversation's turns usually defer the same tools."""
     listed = listing(deferred, mode, max_chars)
-    legend = "; ".join(
-        text for marker, text in (("_{", "a_{b,c} = a_b, a_c"), ("_* (", "a_* (n) = n tools named a_…, loaded by "
-                                                                  "that pattern in names")) if marker in listed)
+    legend = "; ".join(text for marker, text in (("_{", "a_{b,c} = a_b, a_c"), ("_* (", "a_* (n) = n tools named a_…"))
+                       if marker in listed)
     description = (
-        "Load more tools. These exist but are not loaded yet" + (f" ({legend})" if legend else "") + f": {listed}. "
-        f"Call {SEARCH_TOOL} with what you need, or with exact names, and the matching tools become callable "
-        "in your next step."
+        "Loads tools that exist but are not loaded yet" + (f" ({legend})" if legend else "") + f": {listed}. "
+        "Call it with what you need, with exact names or with a_* patterns; the matches become callable in your "
+        "next step."
     )
     return {
         "type": "function",
