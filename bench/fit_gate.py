@@ -39,7 +39,6 @@ def lexical(queries: list[str], catalog: Catalog) -> np.ndarray:
 
 
 def semantic(queries: list[str], catalog: Catalog) -> np.ndarray:
-    from proxy.tools.gate import SemanticEvidence
     from proxy.tools.local import GateExamples, LocalEncoder, tool_text
 
     encoder = LocalEncoder(MODEL_DIR)
@@ -49,7 +48,7 @@ def semantic(queries: list[str], catalog: Catalog) -> np.ndarray:
     out = []
     for q in queries:  # one query at a time, as Keel encodes them
         vector = encoder.encode([q])[0]
-        evidence = SemanticEvidence(np.sort(matrix @ vector)[::-1][:5].tolist(), examples.margin(vector))
+        evidence = examples.evidence(vector, matrix @ vector)
         top = ranker.rank_now(q, catalog, range(len(catalog.entries)), 5).top_score
         out.append(semantic_features(q, top, evidence))
     return np.array(out)

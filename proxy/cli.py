@@ -9,7 +9,7 @@ import sys
 import httpx
 import yaml
 
-from proxy.config import ConfigError, load_config, masked
+from proxy.config import DEFAULT_MODEL_SOURCE, ConfigError, load_config, masked
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             print(yaml.safe_dump(masked(config), sort_keys=False), end="")
             return 0
         if args.command == "fetch-model":
-            from proxy.tools.model_fetch import DEFAULT_SOURCE, default_model_dir, fetch_model
+            from proxy.tools.model_fetch import default_model_dir, fetch_model
 
-            path = fetch_model(args.dir or default_model_dir(), args.source or DEFAULT_SOURCE)
+            path = fetch_model(args.dir or default_model_dir(), args.source or DEFAULT_MODEL_SOURCE)
             print(f"model ready in {path}")
             return 0
         if args.command == "standin":

@@ -16,8 +16,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from proxy.tools.model_fetch import DEFAULT_SOURCE as DEFAULT_MODEL_SOURCE
-
 
 class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message names the key."""
@@ -117,6 +115,8 @@ class DeferConfig(_Model):
     always: tuple[str, ...] = Field((), description="names or globs always surfaced")
 
 
+# the local ranker's model: the published int8 ONNX exports and tokenizer of all-MiniLM-L6-v2
+DEFAULT_MODEL_SOURCE = "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main"
 DEFAULT_NEEDS_TOOL_QUESTION = "Does answering the user's newest message need any of these tools?"
 
 

@@ -8,7 +8,7 @@ tree: a refused or reset connection is a 502, a timeout a 504, and the message s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Protocol
 
 from proxy.config import ServerConfig
@@ -43,6 +43,11 @@ def header(response: UpstreamResponse, name: str, default: str = "") -> str:
         if key == name:
             return value
     return default
+
+
+def header_pairs(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """A client library's raw response headers as lower-cased (name, value) pairs, order and repeats kept."""
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
 
 
 def timeout_error(host: str, phase: str) -> ProxyError:

@@ -14,7 +14,7 @@ from yarl import URL
 
 from proxy.config import ServerConfig
 from proxy.errors import ProxyError
-from proxy.upstream import origin, reset, timeout_error, unreachable
+from proxy.upstream import header_pairs, origin, reset, timeout_error, unreachable
 
 _SKIP = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 
@@ -35,7 +35,7 @@ class AiohttpResponse:
         self._response = response
         self._url = url
         self.status = response.status
-        self.headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.raw_headers]
+        self.headers = header_pairs(response.raw_headers)
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
         try:

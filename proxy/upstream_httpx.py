@@ -8,7 +8,7 @@ import httpx
 
 from proxy.config import ServerConfig
 from proxy.errors import ProxyError
-from proxy.upstream import origin, reset, timeout_error, unreachable
+from proxy.upstream import header_pairs, origin, reset, timeout_error, unreachable
 
 _PHASES = {
     httpx.ConnectTimeout: "connecting to",
@@ -32,7 +32,7 @@ class HttpxResponse:
         self._response = response
         self._url = url
         self.status = response.status_code
-        self.headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.headers.raw]
+        self.headers = header_pairs(response.headers.raw)
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
         try:

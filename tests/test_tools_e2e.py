@@ -41,9 +41,14 @@ def last_upstream_body(standin: ServerThread) -> dict[str, Any]:
     return body
 
 
+def listed(description: str) -> str:
+    """The name listing inside a tool_search description."""
+    return description.split("not loaded yet", 1)[1].split(": ", 1)[1].rsplit(". Call", 1)[0]
+
+
 def expand(description: str) -> set[str]:
     """Every name in a tool_search description, braces expanded (a_{b,c} → a_b, a_c)."""
-    listing = description.split("not loaded yet", 1)[1].split(": ", 1)[1].rsplit(". Call", 1)[0]
+    listing = listed(description)
     out: set[str] = set()
     for part in listing.split("; "):
         server, sep, inner = part.partition("__{")
@@ -75,9 +80,9 @@ def test_targeted_prompt_ships_few_tools(keel_tools: ServerThread, standin: Serv
     assert "create_branch" in shipped
     surfaced, offered = r.headers["x-keel-tools"].split("/")
     assert int(offered) == len(tools) and int(surfaced) == len(shipped) - 1
-    listed = expand(sent["tools"][-1]["function"]["description"])
+    named = expand(sent["tools"][-1]["function"]["description"])
     all_names = {t["function"]["name"] for t in tools}
-    assert all_names - set(shipped) == listed  # invariant 3: every deferred tool is named in tool_search
+    assert all_names - set(shipped) == named  # invariant 3: every deferred tool is named in tool_search
 
 
 @pytest.mark.parametrize("cut_at_drop, surfaced", [(0.2, {"create_branch", "create_pull_request"}), (0.0, None)])
@@ -102,10 +107,10 @@ def test_auto_listing_stays_within_budget(standin: ServerThread, start_keel: Cal
     assert r.http_response.status_code == 200
     sent = last_upstream_body(standin)
     description = sent["tools"][-1]["function"]["description"]
-    listed = description.split("not loaded yet", 1)[1].split(": ", 1)[1].rsplit(". Call", 1)[0]
-    assert len(listed) <= 700
+    listing = listed(description)
+    assert len(listing) <= 700
     deferred = {t["function"]["name"] for t in tools} - set(names(sent))
-    folded = dict(re.findall(r"(\w+)_\* \((\d+)\)", listed))
+    folded = dict(re.findall(r"(\w+)_\* \((\d+)\)", listing))
     named = {n for n in expand(description) if not n.endswith("*") and not n.startswith("(")}
     for name in deferred:
         head = name.split("_", 1)[0]

@@ -27,11 +27,14 @@ from proxy.tools.lexical import LexicalIndex, term_frequencies
 class ToolEntry:
     name: str
     tool: dict[str, Any]  # canonical (sorted keys), as Keel renders it
-    chars: int
     description: str
     server: str | None  # "github" for "github__create_branch"
-    canonical: bytes = field(default=b"", repr=False, compare=False)  # the schema's bytes: its cache key
-    terms: dict[str, float] = field(default_factory=dict, repr=False, compare=False)  # BM25 term frequencies
+    canonical: bytes = field(repr=False)  # the schema's bytes (sorted keys): its cache key
+    terms: dict[str, float] = field(repr=False, compare=False)  # BM25 term frequencies
+
+    @property
+    def chars(self) -> int:
+        return len(self.canonical)
 
 
 @dataclass
@@ -102,7 +105,7 @@ def tool_entry(tool: dict[str, Any], canonical: bytes) -> ToolEntry:
             param_text.append(pname)
             if isinstance(spec, dict) and isinstance(spec.get("description"), str):
                 param_text.append(spec["description"][:200])
-    return ToolEntry(name, orjson.loads(canonical), len(canonical), description, _server(name), canonical,
+    return ToolEntry(name, orjson.loads(canonical), description, _server(name), canonical,
                      term_frequencies(name, description, " ".join(param_text)))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +113,7 @@ class LocalRanker:
 
     def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
-        margin = self.examples.margin(vector)
-        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist,
-                    lambda cosines: SemanticEvidence(cosines, margin))
+        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, self.examples)
 
 
 class GateExamples:
@@ -131,12 +129,18 @@ class GateExamples:
 
         return float(np.sort(self.needs @ vector)[-3:].mean() - np.sort(self.none @ vector)[-3:].mean())
 
+    def evidence(self, vector: Any, cosines: Any) -> SemanticEvidence:
+        """The gate's evidence for a turn: its best five raw cosines to the tools, and its margin."""
+        import numpy as np
+
+        return SemanticEvidence(np.sort(cosines)[::-1][:5].tolist(), self.margin(vector))
+
 
 def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
-         shortlist: int, evidence: Callable[[list[float]], SemanticEvidence] | None = None) -> Ranking:
+         shortlist: int, examples: GateExamples | None = None) -> Ranking:
     """0.2 x BM25/max + 0.8 x min-max-scaled cosine over the candidates (rows of `matrix`).
-    `evidence`: the needs-tool gate also weighs the local model's evidence, built from the best
-    raw cosines (its weights are fitted for that model; another's cosines live on another scale)."""
+    `examples`: the needs-tool gate also weighs the local model's evidence (its weights are
+    fitted for that model; another model's cosines live on another scale)."""
     import numpy as np
 
     if not candidates:
@@ -151,6 +155,6 @@ def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Seq
     fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
     order = np.argsort(-fused, kind="stable")
     scores = tuple(float(fused[i]) for i in order)
-    gate = evidence(np.sort(cosine)[::-1][:5].tolist()) if evidence else None
+    gate = examples.evidence(vector, cosine) if examples else None
     return Ranking(tuple(int(idx[i]) for i in order), scores, needs_tool_probability(top_bm25, query, gate),
                    confidence(scores, shortlist))

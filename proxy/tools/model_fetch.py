@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 
-DEFAULT_SOURCE = "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main"
 FILES = ("model.onnx", "tokenizer.json")
 
 
@@ -35,7 +34,7 @@ def model_present(directory: str | Path) -> bool:
     return all((Path(directory) / name).is_file() for name in FILES)
 
 
-def fetch_model(directory: str | Path, source: str = DEFAULT_SOURCE, timeout: float = 120.0) -> Path:
+def fetch_model(directory: str | Path, source: str, timeout: float = 120.0) -> Path:
     """Download model.onnx and tokenizer.json into `directory` unless they are there already."""
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)

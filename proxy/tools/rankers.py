@@ -61,13 +61,13 @@ class Rankers:
             self._local[model_dir] = ranker = self._load_local(model_dir)
             return ranker
         with self._lock:
-            if select.model_source and model_dir not in self._fetching:
+            if model_dir not in self._fetching:  # once per directory
                 self._fetching.add(model_dir)
-                threading.Thread(target=self._fetch_and_load, args=(model_dir, select.model_source),
-                                 daemon=True).start()
-            elif not select.model_source and model_dir not in self._fetching:
-                self._fetching.add(model_dir)  # log once
-                log.error("local_model_missing", extra={"model_dir": model_dir, "hint": "keel fetch-model DIR"})
+                if select.model_source:
+                    threading.Thread(target=self._fetch_and_load, args=(model_dir, select.model_source),
+                                     daemon=True).start()
+                else:
+                    log.error("local_model_missing", extra={"model_dir": model_dir, "hint": "keel fetch-model DIR"})
         return self.lexical  # until the model is there: BM25
 
     def _fetch_and_load(self, model_dir: str, source: str) -> None:
