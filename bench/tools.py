@@ -9,7 +9,9 @@
    of a 4-call loop of a 25-tool browser agent (Playwright MCP's default tools).
 2. Ranker quality: MetaTool (199 tools, 995 query→tool rows, 1,040 awareness rows) and
    `bench/data/agent_queries.jsonl` (queries over the 208-tool catalog, a third of them
-   paraphrases sharing no word with the tool's name, plus turns that need no tool).
+   paraphrases sharing no word with the tool's name, plus turns that need no tool); under each
+   backend, the issue's recipe (rank_bm25's BM25 over name and description, fused with the same
+   vectors for `local`) measured in the same run as the baseline.
 3. End to end through Keel and the stand-in: does the client end up calling the right
    tool, and how many tool_search round trips did it take?
 4. Ranking latency on a warm index, 200 and 1,000 tools.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import time
@@ -189,21 +192,62 @@ async def surfaced(planner: ToolPlanner, tenant: Any, tools: list[dict[str, Any]
     return planned.responder if isinstance(planned.responder, ToolPlan) else None
 
 
+def recall(order: Any, targeted: list[tuple[str, str]]) -> list[str]:
+    """R@1, R@5 and MRR of a ranking function (query → names, best first) over (query, gold) pairs."""
+    r1 = r5 = mrr = 0.0
+    for query, gold in targeted:
+        names = order(query)
+        if gold in names:
+            rank = names.index(gold)
+            r1 += rank == 0
+            r5 += rank < 5
+            mrr += 1 / (rank + 1)
+    n = len(targeted)
+    return [f"{r1 / n:.3f}", f"{r5 / n:.3f}", f"{mrr / n:.3f}"]
+
+
+class Recipe:
+    """The issue's recipe outside Keel, a baseline measured in the same run: rank_bm25's BM25Okapi
+    over the lowercased words of name and description (tools scoring 0 unranked, as in Keel);
+    with `local` (a LocalRanker), fused 0.2 x BM25/max + 0.8 x min-max cosine over that ranker's
+    own vectors, so the two differ only in their BM25."""
+
+    def __init__(self, catalog: Any, local: Any = None) -> None:
+        from rank_bm25 import BM25Okapi
+
+        self.catalog = catalog
+        self.bm25 = BM25Okapi([self.words(f"{e.name} {e.description}") for e in catalog.entries])
+        self.local = local
+
+    @staticmethod
+    def words(text: str) -> list[str]:
+        return re.findall(r"\w+", text.lower())
+
+    def order(self, query: str) -> list[str]:
+        import numpy as np
+
+        bm25 = self.bm25.get_scores(self.words(query))
+        if self.local is None:
+            ranked = [i for i in np.argsort(-bm25, kind="stable") if bm25[i] > 0]
+        else:
+            cosine = self.local.matrix(self.catalog) @ self.local.encoder.encode([query])[0]
+            scaled = (cosine - cosine.min()) / max(float(cosine.max() - cosine.min()), 1e-9)
+            top = float(bm25.max())
+            ranked = list(np.argsort(-(0.8 * scaled + (0.2 * bm25 / top if top > 0 else 0.0)), kind="stable"))
+        return [self.catalog.entries[i].name for i in ranked]
+
+
 async def quality(backend: str, ranker: Any, name: str, tools: list[dict[str, Any]],
                   targeted: list[tuple[str, str]], needs: list[tuple[str, bool]]) -> list[Any]:
     catalog = CatalogCache(TokenCounter()).get(tools)
     assert catalog is not None
     everything = list(range(len(tools)))
     planner, tenant = planner_for(Synchronous(ranker), defer={"schema_chars": 0})
-    r1 = r5 = mrr = in_surfaced = 0.0
+    scores = recall(lambda q: [catalog.entries[i].name for i in ranker.rank_now(q, catalog, everything, 5).order],
+                    targeted)
+    in_surfaced = 0.0
     shown = []
     for query, gold in targeted:
-        order = [catalog.entries[i].name for i in ranker.rank_now(query, catalog, everything, 5).order]
-        if gold in order:
-            rank = order.index(gold)
-            r1 += rank == 0
-            r5 += rank < 5
-            mrr += 1 / (rank + 1)
         plan = await surfaced(planner, tenant, tools, query)
         names = plan.surfaced if plan else ()
         in_surfaced += gold in names
@@ -214,30 +258,43 @@ async def quality(backend: str, ranker: Any, name: str, tools: list[dict[str, An
         ranked = plan is not None and plan.outcome == "ranked"
         correct += ranked == needs_tool
     n = len(targeted)
-    return [backend, name, len(tools), n, f"{r1 / n:.3f}", f"{r5 / n:.3f}", f"{mrr / n:.3f}", f"{in_surfaced / n:.3f}",
+    return [backend, name, len(tools), n, *scores, f"{in_surfaced / n:.3f}",
             f"{statistics.mean(shown):.1f}", len(needs), f"{correct / len(needs):.3f}"]
+
+
+def baseline(label: str, recipe: Recipe, name: str, targeted: list[tuple[str, str]]) -> list[Any]:
+    return [label, name, len(recipe.catalog.entries), len(targeted), *recall(recipe.order, targeted), "-", "-", "-", "-"]
 
 
 async def quality_tables() -> None:
     mt_rows = [json.loads(line) for line in (METATOOL / "task2_subtask3_reliability.jsonl").read_text().splitlines()]
     awareness = [json.loads(line) for line in (METATOOL / "task1_awareness.jsonl").read_text().splitlines()]
     agent = [json.loads(line) for line in AGENT_QUERIES.read_text().splitlines()]
+    sets = [
+        ("MetaTool", metatool_tools(), [(r["query"], r["tool"]) for r in mt_rows],
+         [(r["query"], r["label"] == "positive") for r in awareness]),
+        ("agent (all targeted)", agent_tools(), [(r["query"], r["tool"]) for r in agent if r["tool"]],
+         [(r["query"], r["tool"] is not None) for r in agent]),
+        ("agent (paraphrases)", agent_tools(), [(r["query"], r["tool"]) for r in agent if r["kind"] == "paraphrase"],
+         [(r["query"], r["tool"] is not None) for r in agent]),
+    ]
     rows = []
     for backend in backends():
         ranker = make_ranker(backend)
-        rows += [
-            await quality(backend, ranker, "MetaTool", metatool_tools(), [(r["query"], r["tool"]) for r in mt_rows],
-                          [(r["query"], r["label"] == "positive") for r in awareness]),
-            await quality(backend, ranker, "agent (all targeted)", agent_tools(),
-                          [(r["query"], r["tool"]) for r in agent if r["tool"]],
-                          [(r["query"], r["tool"] is not None) for r in agent]),
-            await quality(backend, ranker, "agent (paraphrases)", agent_tools(),
-                          [(r["query"], r["tool"]) for r in agent if r["kind"] == "paraphrase"],
-                          [(r["query"], r["tool"] is not None) for r in agent]),
-        ]
+        for name, tools, targeted, needs in sets:
+            rows.append(await quality(backend, ranker, name, tools, targeted, needs))
+            catalog = CatalogCache(TokenCounter()).get(tools)
+            rows.append(baseline(f"  recipe {'BM25' if backend == 'lexical' else 'fused'}",
+                                 Recipe(catalog, ranker if backend == "local" else None), name, targeted))
     print("\n2. Ranker quality per backend (recall@k of the ranking; 'surfaced' = the gold tool is among the"
-          " tools Keel ships, after naming, gate and widening; gate = needs-tool accuracy)")
-    table(["backend", "set", "tools", "queries", "R@1", "R@5", "MRR", "surfaced", "avg shipped", "gate rows", "gate acc"], rows)
+          " tools Keel ships, after naming, gate and widening; gate = needs-tool accuracy). Under each backend,"
+          " the issue's recipe measured in the same run: rank_bm25 over name + description words, and its fusion"
+          " with the same vectors")
+    table(["backend", "set", "tools", "queries", "R@1", "R@5", "MRR", "surfaced", "avg shipped", "gate rows", "gate acc"],
+          rows)
+    ratios = [f"{keel[0]} {keel[5]}/{recipe[5]} = {float(keel[5]) / float(recipe[5]):.2f}x"
+              for keel, recipe in zip(rows[::2], rows[1::2], strict=True) if keel[1] == "MetaTool"]
+    print("   MetaTool R@5, Keel / recipe: " + "; ".join(ratios))
 
 
 def end_to_end(backend: str, search: dict[str, Any] | None = None) -> tuple[list[Any], str]:

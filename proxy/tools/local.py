@@ -107,9 +107,14 @@ class LocalRanker:
 
     def rank_now(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         """Synchronous ranking (benchmarks): indexes the catalog first if needed."""
+        self.matrix(catalog)
+        return self.rank_with(self.encoder.encode([query])[0], query, catalog, candidates, shortlist)
+
+    def matrix(self, catalog: Catalog) -> Any:
+        """The catalog's tool vectors, rows in catalog order (indexed now, blocking, if needed)."""
         if catalog.key not in self._matrices:
             self.index(catalog)
-        return self.rank_with(self.encoder.encode([query])[0], query, catalog, candidates, shortlist)
+        return self._matrices[catalog.key]
 
     def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
