@@ -7,7 +7,7 @@ rows) and Keel's labelled agent queries (weighted 3x: they are the tool catalogs
 serves); then over `gate.semantic_features`, which add the local model's cosines (needs the
 `local` extra and ../shared/data/models). For each it first fits on one half of each set and
 prints accuracy on the other half, then fits on everything and prints the weights to paste
-into gate.py.
+into gate.py, with the example turns' cosine scale the semantic weights hold for.
 """
 
 from __future__ import annotations
@@ -104,6 +104,10 @@ def main() -> None:
         print("(onnxruntime not installed: SEMANTIC_WEIGHTS not fitted)")
         return
     report("SEMANTIC_WEIGHTS", semantic)
+    from proxy.tools.local import GateExamples, LocalEncoder
+
+    mean, spread = GateExamples(LocalEncoder(MODEL_DIR)).scale
+    print(f"SEMANTIC_SCALE = ({mean:.4f}, {spread:.4f})")
 
 
 if __name__ == "__main__":

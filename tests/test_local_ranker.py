@@ -37,6 +37,13 @@ def test_vectors_are_normalised(encoder: LocalEncoder) -> None:
     assert vectors.shape == (2, 384) and abs(norms[0] - 1) < 1e-4 and abs(norms[1] - 1) < 1e-4
 
 
+def test_a_vector_does_not_depend_on_its_batch(encoder: LocalEncoder) -> None:
+    """int8 dynamic quantization shares activation ranges across a batch: each text runs alone."""
+    short, long = "read a file", "search the code of every repository for a function that parses dates " * 3
+    assert (encoder.encode([short, long])[0] == encoder.encode([short])[0]).all()
+    assert (encoder.encode([long, short])[1] == encoder.encode([short])[0]).all()
+
+
 def test_paraphrase_found_where_no_word_is_shared(encoder: LocalEncoder) -> None:
     """A query sharing no word with the tool's name or description still ranks it first."""
     catalog = build_catalog("t", tools())
@@ -108,3 +115,32 @@ def test_gate_examples_tell_requests_from_tasks(encoder: LocalEncoder) -> None:
     live, task = "What's the exchange rate of the yen today?", "Write a sonnet about autumn leaves"
     assert live not in NEEDS_TOOL_EXAMPLES and task not in NO_TOOL_EXAMPLES
     assert examples.margin(encoder.encode([live])[0]) > 0 > examples.margin(encoder.encode([task])[0])
+
+
+class Shifted:
+    """The shared model with every vector pulled toward one direction: all cosines rise, as with
+    another model whose scale the semantic gate was not fitted on."""
+
+    def __init__(self, encoder: LocalEncoder) -> None:
+        self.inner, self._np = encoder, encoder._np
+        self.direction = encoder.encode(["a fixed direction"])[0]
+
+    def encode(self, texts: Any) -> Any:
+        vectors = self.inner.encode(texts) + 0.8 * self.direction
+        return vectors / self._np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_a_model_off_the_fitted_scale_gets_the_lexical_gate(encoder: LocalEncoder,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    from proxy.tools.gate import needs_tool_probability
+    from proxy.tools.ranking import LexicalRanker
+
+    query, catalog = "tell the team in chat that we shipped", build_catalog("c", tools())
+    everything = range(len(catalog.entries))
+    assert LocalRanker(encoder).examples.fitted
+    shifted = LocalRanker(Shifted(encoder))  # type: ignore[arg-type]
+    assert not shifted.examples.fitted and "off the scale" in caplog.text
+    lexical_top = LexicalRanker().rank_now(query, catalog, everything, 5).top_score
+    assert shifted.rank_now(query, catalog, everything, 5).needs_tool == needs_tool_probability(lexical_top, query)
+    assert LocalRanker(encoder).rank_now(query, catalog, everything, 5).needs_tool != \
+        needs_tool_probability(lexical_top, query)

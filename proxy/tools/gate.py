@@ -124,8 +124,18 @@ NO_TOOL_EXAMPLES = (
 # The same features plus the local model's evidence, each x10: the best five raw cosines to
 # the catalog's tools (top, top - 5th, mean) and the margin between the turn's closeness to the
 # needs-tool and the no-tool examples (mean of the best three each). Fitted for all-MiniLM-L6-v2.
-SEMANTIC_WEIGHTS = (-5.001, 0.775, 0.594, -0.738, -0.510, 0.936, 0.282, -0.117, -0.423, -0.284, -0.492, 0.610,
-                    0.607, -0.016, 0.560, 0.997)
+SEMANTIC_WEIGHTS = (-4.950, 0.784, 0.606, -0.742, -0.512, 0.931, 0.290, -0.123, -0.432, -0.287, -0.495, 0.600,
+                    0.595, -0.027, 0.552, 0.980)
+# The cosine scale those weights were fitted on: mean and spread of the pairwise cosines among
+# the example turns (printed by bench/fit_gate.py). Another model (or a different export that
+# moves them by more than SCALE_TOLERANCE) gets the lexical gate instead of miscalibrated evidence.
+SEMANTIC_SCALE = (0.0837, 0.0944)
+SCALE_TOLERANCE = 0.02
+
+
+def on_fitted_scale(mean: float, spread: float) -> bool:
+    """Do a model's example-turn cosines live on the scale SEMANTIC_WEIGHTS were fitted on?"""
+    return abs(mean - SEMANTIC_SCALE[0]) <= SCALE_TOLERANCE and abs(spread - SEMANTIC_SCALE[1]) <= SCALE_TOLERANCE
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from proxy.tools.catalog import Catalog, ToolEntry
-from proxy.tools.gate import NEEDS_TOOL_EXAMPLES, NO_TOOL_EXAMPLES, SemanticEvidence, needs_tool_probability
+from proxy.tools.gate import (
+    NEEDS_TOOL_EXAMPLES,
+    NO_TOOL_EXAMPLES,
+    SemanticEvidence,
+    needs_tool_probability,
+    on_fitted_scale,
+)
 from proxy.tools.ranking import LexicalRanker, Ranking, confidence
+
+log = logging.getLogger("keel.tools")
 
 BM25_WEIGHT = 0.2
 COSINE_WEIGHT = 0.8
@@ -35,7 +44,7 @@ class LocalEncoder:
         self._np = np
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_tokens)
-        self.tokenizer.enable_padding()
+        self.tokenizer.no_padding()  # some exports pad to a fixed length; one text needs none
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -45,18 +54,25 @@ class LocalEncoder:
         self._lock = threading.Lock()
 
     def encode(self, texts: Sequence[str]) -> Any:
+        """One vector per text, each run on its own: with int8 dynamic quantization a batch shares
+        its activation ranges (padding included), so a batched vector would depend on its
+        batch-mates, and a tool's vector on which tools happened to be indexed with it (DESIGN's
+        invariant 6: the same inputs render the same bytes on any replica)."""
         np = self._np
-        encodings = self.tokenizer.encode_batch(list(texts))
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        return np.stack([self._encode_one(text) for text in texts]) if texts else np.zeros((0, 0))
+
+    def _encode_one(self, text: str) -> Any:
+        np = self._np
+        encoding = self.tokenizer.encode(text)
+        ids = np.array([encoding.ids], dtype=np.int64)
+        mask = np.array([encoding.attention_mask], dtype=np.int64)
         feed = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(ids)
         with self._lock:
-            hidden = self.session.run(None, feed)[0]
-        summed = (hidden * mask[..., None]).sum(axis=1)
-        pooled = summed / np.clip(mask.sum(axis=1, keepdims=True), 1, None)
-        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-9, None)
+            hidden = self.session.run(None, feed)[0][0]
+        pooled = (hidden * mask[0][:, None]).sum(axis=0) / max(int(mask.sum()), 1)
+        return pooled / max(float(np.linalg.norm(pooled)), 1e-9)
 
 
 def tool_text(entry: ToolEntry) -> str:
@@ -67,6 +83,10 @@ class LocalRanker:
     def __init__(self, encoder: LocalEncoder) -> None:
         self.encoder = encoder
         self.examples = GateExamples(encoder)
+        if not self.examples.fitted:
+            log.warning("the local model's cosines are off the scale the needs-tool gate was fitted on "
+                        "(example-turn cosines mean %.3f, spread %.3f): the gate uses the lexical weights",
+                        *self.examples.scale)
         self.lexical = LexicalRanker()
         self._vectors: dict[str, Any] = {}  # schema hash → vector
         self._matrices: dict[str, Any] = {}  # catalog key → matrix (rows in catalog order)
@@ -118,15 +138,22 @@ class LocalRanker:
 
     def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
-        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, self.examples)
+        examples = self.examples if self.examples.fitted else None
+        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, examples)
 
 
 class GateExamples:
     """The gate's example turns as vectors (gate.NEEDS_TOOL_EXAMPLES / NO_TOOL_EXAMPLES)."""
 
     def __init__(self, encoder: LocalEncoder) -> None:
+        import numpy as np
+
         self.needs = encoder.encode(NEEDS_TOOL_EXAMPLES)
         self.none = encoder.encode(NO_TOOL_EXAMPLES)
+        both = np.concatenate([self.needs, self.none])
+        pairs = (both @ both.T)[np.triu_indices(len(both), 1)]
+        self.scale = (float(pairs.mean()), float(pairs.std()))  # this model's cosine scale
+        self.fitted = on_fitted_scale(*self.scale)
 
     def margin(self, vector: Any) -> float:
         """Mean cosine to the three closest needs-tool examples minus that to the three closest others."""
