@@ -1,6 +1,6 @@
 """Lean tools, measured: the seed's cut table, ranker quality, end to end, ranking latency.
 
-    python bench/tools.py [--quick]
+    python bench/tools.py [--quick] [--model DIR]
 
 1. Everything loaded vs what Keel ships, on the real 8-server / 208-tool catalog, counted
    by the stand-in provider (tiktoken o200k_base) for a targeted and a conversational prompt,
@@ -155,8 +155,8 @@ def backends() -> list[str]:
     return ["lexical", "local"]
 
 
-def select_for(backend: str) -> dict[str, Any]:
-    return {"backend": backend, **({"model_dir": str(MODEL_DIR)} if backend == "local" else {})}
+def select_for(backend: str, model: Path = MODEL_DIR) -> dict[str, Any]:
+    return {"backend": backend, **({"model_dir": str(model)} if backend == "local" else {})}
 
 
 def planner_for(ranker: Any, defer: dict[str, Any] | None = None) -> tuple[ToolPlanner, Any]:
@@ -177,11 +177,11 @@ class Synchronous:
         return self.ranker.rank_now(query, catalog, candidates, shortlist)
 
 
-def make_ranker(backend: str) -> Any:
+def make_ranker(backend: str, model: Path = MODEL_DIR) -> Any:
     if backend == "local":
         from proxy.tools.local import LocalEncoder, LocalRanker
 
-        return LocalRanker(LocalEncoder(MODEL_DIR))
+        return LocalRanker(LocalEncoder(model))
     return LexicalRanker()
 
 
@@ -266,7 +266,7 @@ def baseline(label: str, recipe: Recipe, name: str, targeted: list[tuple[str, st
     return [label, name, len(recipe.catalog.entries), len(targeted), *recall(recipe.order, targeted), "-", "-", "-", "-"]
 
 
-async def quality_tables() -> None:
+async def quality_tables(model: Path = MODEL_DIR) -> None:
     mt_rows = [json.loads(line) for line in (METATOOL / "task2_subtask3_reliability.jsonl").read_text().splitlines()]
     awareness = [json.loads(line) for line in (METATOOL / "task1_awareness.jsonl").read_text().splitlines()]
     agent = [json.loads(line) for line in AGENT_QUERIES.read_text().splitlines()]
@@ -280,7 +280,7 @@ async def quality_tables() -> None:
     ]
     rows = []
     for backend in backends():
-        ranker = make_ranker(backend)
+        ranker = make_ranker(backend, model)
         for name, tools, targeted, needs in sets:
             rows.append(await quality(backend, ranker, name, tools, targeted, needs))
             catalog = CatalogCache(TokenCounter()).get(tools)
@@ -297,11 +297,11 @@ async def quality_tables() -> None:
     print("   MetaTool R@5, Keel / recipe: " + "; ".join(ratios))
 
 
-def end_to_end(backend: str, search: dict[str, Any] | None = None) -> tuple[list[Any], str]:
+def end_to_end(backend: str, search: dict[str, Any] | None = None, model: Path = MODEL_DIR) -> tuple[list[Any], str]:
     """Does the client end up calling the right tool, and after how many tool_search rounds?
     Returns the table row and a line naming the misses."""
     standin, standin_url = start_standin(rules="none")
-    keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "select": select_for(backend),
+    keel, keel_url, _ = start_keel(standin_url, {"tools": {"enabled": True, "select": select_for(backend, model),
                                                            "search": search or {}}})
     agent = [json.loads(line) for line in AGENT_QUERIES.read_text().splitlines()]
     targeted = [r for r in agent if r["tool"]]
@@ -380,11 +380,14 @@ def latency(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--model", type=Path, default=MODEL_DIR,
+                        help="the local backend's model directory (a mean-pooled sentence-embedding model as ONNX:"
+                             " model.onnx + tokenizer.json); default: the shared all-MiniLM-L6-v2 int8")
     args = parser.parse_args()
     seed_table()
     browser_table()
-    asyncio.run(quality_tables())
-    runs = [end_to_end(backend, {"max_results": results}) for backend in backends() for results in (5, 8)]
+    asyncio.run(quality_tables(args.model))
+    runs = [end_to_end(backend, {"max_results": results}, args.model) for backend in backends() for results in (5, 8)]
     print(f"\n3. End to end through Keel and the stand-in (targeted queries over {len(agent_tools())} tools; the"
           " stand-in searches with the user's words, never the tool's name; search.max_results 5 is the default)")
     table(["backend", "search results", "queries", "right, no search", "right, one search", "more searches",
