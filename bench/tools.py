@@ -15,6 +15,7 @@
 3. End to end through Keel and the stand-in: does the client end up calling the right
    tool, and how many tool_search round trips did it take?
 4. Ranking latency on a warm index, 200 and 1,000 tools, against parsing the request (same run).
+5. The local backend's costs: embedding a catalog, and a turn against the lexical backend.
 """
 
 from __future__ import annotations
@@ -337,6 +338,34 @@ def end_to_end(backend: str, search: dict[str, Any] | None = None, model: Path =
             outcomes["more"], outcomes["wrong or none"], f"{outcomes['one search'] / n:.3f}", f"{good / n:.3f}"], misses
 
 
+def local_latency(model: Path) -> None:
+    """The local backend's costs: embedding a new catalog (once, in the background) and a turn."""
+    from proxy.tools.local import LocalEncoder, LocalRanker
+
+    tools = agent_tools()
+    catalog = CatalogCache(TokenCounter()).get(tools)
+    assert catalog is not None
+    ranker = LocalRanker(LocalEncoder(model))
+    started = time.perf_counter()
+    ranker.matrix(catalog)
+    build_s = time.perf_counter() - started
+    queries = [json.loads(line)["query"] for line in AGENT_QUERIES.read_text().splitlines()]
+    lexical, everything = LexicalRanker(), list(range(len(tools)))
+    times: list[float] = []
+    lexical_times: list[float] = []
+    for query in queries:
+        t0 = time.perf_counter()
+        ranker.rank_now(query, catalog, everything, 5)
+        times.append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        lexical.rank_now(query, catalog, everything, 5)
+        lexical_times.append((time.perf_counter() - t0) * 1000)
+    local_ms, lexical_ms = statistics.median(times), statistics.median(lexical_times)
+    print(f"\n5. Local backend ({model.name}), {len(tools)} tools: embedding the catalog {build_s:.1f} s (once, in the"
+          f" background); a turn (encode + fuse) p50 {local_ms:.1f} ms = {local_ms / lexical_ms:.0f}x the lexical"
+          f" backend's {lexical_ms:.2f} ms in the same run")
+
+
 def latency(quick: bool) -> None:
     all_tools: list[dict[str, Any]] = orjson.loads((CATALOGS / "all_tools.json").read_bytes())["tools"]
     extra = [{**t, "function": {**t["function"], "name": t["function"]["name"] + "_v2"}} for t in all_tools]
@@ -399,3 +428,5 @@ if __name__ == "__main__":
            "wrong or none", "share with a round trip", "success (<=1 search)"], [row for row, _ in runs])
     print("\n".join(misses for _, misses in runs if misses))
     latency(args.quick)
+    if "local" in backends():
+        local_latency(args.model)
