@@ -101,10 +101,8 @@ class LocalRanker:
         """Embed every tool of a catalog not seen before (blocking; run it off the request path)."""
         np = self.encoder._np
         missing = [e for e in catalog.entries if self._schema_hash(e) not in self._vectors]
-        for start in range(0, len(missing), 32):
-            batch = missing[start : start + 32]
-            for entry, vector in zip(batch, self.encoder.encode([tool_text(e) for e in batch]), strict=True):
-                self._vectors[self._schema_hash(entry)] = vector
+        for entry in missing:
+            self._vectors[self._schema_hash(entry)] = self.encoder.encode([tool_text(entry)])[0]
         matrix = np.stack([self._vectors[self._schema_hash(e)] for e in catalog.entries])
         with self._lock:
             self._matrices[catalog.key] = matrix
