@@ -146,7 +146,6 @@ class SelectConfig(_Model):
     question: str = Field(DEFAULT_NEEDS_TOOL_QUESTION, description="the yes/no needs-tool question")
 
 
-
 class SearchConfig(_Model):
     max_results: int = Field(5, ge=1, description="tools one tool_search call returns")
     max_rounds: int = Field(3, ge=0, description="tool_search rounds Keel answers inside one client turn")
@@ -176,6 +175,20 @@ class ToolsConfig(_Model):
         "less than reading the cached one (cache.read_price)")
     pricing: dict[str, PriceConfig] = Field(default_factory=lambda: {"default": PriceConfig()},
                                             description="judgment prices per model; 'default' for the rest")
+
+    @property
+    def dispatch(self) -> bool:
+        """Is the tool block frozen for good, later tools called through call_tool?"""
+        return self.stability in ("dispatch", "auto")
+
+    def judgment_cost(self, model: str | None, usage: Any) -> float | None:
+        """What a judgment's (or the memory model's) usage cost, priced from `pricing` (the
+        model's price, else 'default'); None when there is no usage or no price."""
+        price = self.pricing.get(model or "") or self.pricing.get("default")
+        if price is None or not isinstance(usage, dict):
+            return None
+        return ((usage.get("prompt_tokens", 0) or 0) * price.input_per_mtok
+                + (usage.get("completion_tokens", 0) or 0) * price.output_per_mtok) / 1e6
 
 
 class ContextConfig(_Model):
@@ -262,6 +275,12 @@ class TenantConfig(_Model):
     def features_on(self) -> bool:
         cache = self.cache.breakpoints != "off" or self.cache.prompt_cache_key != "off"
         return self.tools.enabled or self.context.stable or self.memory.enabled or cache
+
+    def model_endpoint(self, endpoint: str | None, api_key_env: str | None) -> tuple[str, str | None]:
+        """Base URL and key of a model Keel calls itself (a judge, embeddings, the memory model):
+        its own when configured, else this tenant's upstream's."""
+        key = os.environ.get(api_key_env) if api_key_env else self.upstream.api_key()
+        return (endpoint or self.upstream.base_url).rstrip("/"), key
 
 
 class KeelConfig(_Model):

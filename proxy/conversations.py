@@ -79,6 +79,12 @@ class Location:
     records: tuple[TurnRecord, ...]  # along the chain, oldest first, current segment only
 
     @property
+    def earlier_records(self) -> tuple[TurnRecord, ...]:
+        """The records before the newest user message's own (what the model had heard)."""
+        newest = self.chain.newest_user
+        return tuple(r for r in self.records if newest is None or r.chain_hash != newest.hash)
+
+    @property
     def newest_record(self) -> TurnRecord | None:
         """The stored record of the newest user message (set on a regeneration)."""
         newest = self.chain.newest_user

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from proxy.upstream import Upstream
+from proxy.upstream import Upstream, json_headers
 
 
 class JudgeError(ValueError):
@@ -50,8 +50,7 @@ async def ask(upstream: Upstream, url: str, api_key: str | None, model: str, sys
               max_tokens: int = 24) -> Judgment:
     body = {"model": model, "temperature": 0, "max_tokens": max_tokens, "logprobs": True, "top_logprobs": 5,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
-    headers = {"content-type": "application/json", **({"authorization": f"Bearer {api_key}"} if api_key else {})}
-    response = await upstream.open("POST", url, headers, orjson.dumps(body))
+    response = await upstream.open("POST", url, json_headers(api_key), orjson.dumps(body))
     raw = await response.read()
     if response.status != 200:
         raise JudgeError(f"the judge's upstream answered {response.status}")

@@ -45,6 +45,11 @@ def header(response: UpstreamResponse, name: str, default: str = "") -> str:
     return default
 
 
+def json_headers(api_key: str | None) -> dict[str, str]:
+    """Headers of a JSON request Keel makes itself (judges, embeddings, the memory model)."""
+    return {"content-type": "application/json", **({"authorization": f"Bearer {api_key}"} if api_key else {})}
+
+
 def header_pairs(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """A client library's raw response headers as lower-cased (name, value) pairs, order and repeats kept."""
     return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]

@@ -50,9 +50,7 @@ def anchor_system(client_system: str, date: str | None, memory: dict[str, str] |
 
 def known_state(location: Location, anchor: SegmentAnchor) -> State:
     """What the model knows before the newest user message: the last stored state along the chain."""
-    newest = location.chain.newest_user
-    earlier = [r for r in location.records if newest is None or r.chain_hash != newest.hash]
-    for record in reversed(earlier):
+    for record in reversed(location.earlier_records):
         if record.context_state:
             return record.context_state
     return anchor.context_state

@@ -13,7 +13,6 @@ from typing import Any
 from proxy.config import TenantConfig
 from proxy.judge import ask
 from proxy.memory.gate import GateResult
-from proxy.memory.model import memory_endpoint
 from proxy.messages import message_text
 from proxy.upstream import Upstream
 
@@ -35,7 +34,7 @@ class LlmMemoryGate:
             lines.append(f"Second line: the category among {', '.join(valid_keys)}, or none.")
             lines.append("Third line: update if it changes one of these existing entries "
                          f"({', '.join(sorted(memory)) or 'none'}), else new.")
-        base, key = memory_endpoint(self.tenant)
+        base, key = self.tenant.model_endpoint(cfg.endpoint, cfg.api_key_env)
         judgment = await ask(self.upstream, base + "/chat/completions", key, cfg.model,
                              "You are a classifier. Judge only the newest message; earlier messages are context.",
                              "\n".join(lines))

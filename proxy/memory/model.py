@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import orjson
 
 from proxy.config import TenantConfig
-from proxy.upstream import Upstream
+from proxy.upstream import Upstream, json_headers
 
 TOOLS = [
     {"type": "function", "function": {
@@ -39,9 +38,8 @@ async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dic
     if hint:
         system += f"\n\n<memory_hint>{hint}</memory_hint>"
     body = {"model": cfg.model, "messages": [{"role": "system", "content": system}, *window], "tools": TOOLS}
-    base, key = memory_endpoint(tenant)
-    headers = {"content-type": "application/json", **({"authorization": f"Bearer {key}"} if key else {})}
-    response = await upstream.open("POST", base + "/chat/completions", headers, orjson.dumps(body))
+    base, key = tenant.model_endpoint(cfg.endpoint, cfg.api_key_env)
+    response = await upstream.open("POST", base + "/chat/completions", json_headers(key), orjson.dumps(body))
     raw = await response.read()
     if response.status != 200:
         raise MemoryModelError(f"memory model answered {response.status}")
@@ -55,10 +53,3 @@ async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dic
         elif name == "delete_memory" and isinstance(args.get("key"), str):
             ops.append(("delete", args["key"], ""))
     return ops, data.get("usage")
-
-
-def memory_endpoint(tenant: TenantConfig) -> tuple[str, str | None]:
-    """Base URL and key of the memory model (and of the llm gate): its own, or the tenant's upstream."""
-    cfg = tenant.memory
-    key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else tenant.upstream.api_key()
-    return (cfg.endpoint or tenant.upstream.base_url).rstrip("/"), key

@@ -96,12 +96,8 @@ class MemoryWorker:
 
     def _price(self, tenant: TenantConfig, judgment: str, usage: Any) -> None:
         """Record a judgment's cost from tools.pricing (never mixed into a response's usage)."""
-        if not isinstance(usage, dict):
-            return
-        price = tenant.tools.pricing.get(tenant.memory.model) or tenant.tools.pricing.get("default")
-        if price is not None:
-            cost = ((usage.get("prompt_tokens", 0) or 0) * price.input_per_mtok
-                    + (usage.get("completion_tokens", 0) or 0) * price.output_per_mtok) / 1e6
+        cost = tenant.tools.judgment_cost(tenant.memory.model, usage)
+        if cost is not None:
             self.metrics.judgment_cost.labels(tenant.id, judgment).inc(cost)
 
     async def process(self, tenant: TenantConfig, job: dict[str, Any]) -> None:

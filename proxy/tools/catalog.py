@@ -36,6 +36,11 @@ class ToolEntry:
     def chars(self) -> int:
         return len(self.canonical)
 
+    def brief(self) -> dict[str, Any]:
+        """Name, description and parameters: how a search answer or a tools update shows the tool."""
+        return {"name": self.name, "description": self.description,
+                "parameters": self.tool.get("function", {}).get("parameters", {})}
+
 
 @dataclass
 class Catalog:
@@ -147,7 +152,7 @@ class CatalogCache:
         """The catalog of this tools array; None when it is not a list of function tools (checked
         once per distinct array: a cached catalog was valid when it was built)."""
         # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
-        # about 5x sha256 here (0.1 ms for a 1,000-tool, 1 MB array).
+        # several times faster than sha256 (re-serializing the array costs more than hashing it).
         key = blake3(orjson.dumps(tools)).hexdigest()
         catalog = self._catalogs.get(key)
         if catalog is not None:

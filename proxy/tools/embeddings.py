@@ -18,7 +18,7 @@ from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog
 from proxy.tools.local import fuse, tool_text
 from proxy.tools.ranking import LexicalRanker, Ranking
-from proxy.upstream import Upstream
+from proxy.upstream import Upstream, json_headers
 
 BATCH = 128
 VECTOR_TTL = 90 * 24 * 3600
@@ -29,7 +29,7 @@ class EmbeddingsRanker:
         self.upstream, self.store = upstream, store
         self.url = base_url.rstrip("/") + "/embeddings"
         self.model = model
-        self.headers = {"content-type": "application/json", **({"authorization": f"Bearer {api_key}"} if api_key else {})}
+        self.headers = json_headers(api_key)
         self.lexical = LexicalRanker()
         self._matrices: dict[str, Any] = {}
         self._indexing: dict[str, asyncio.Task[None]] = {}

@@ -27,7 +27,7 @@ from proxy.ingress import ChatRequest
 from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
-from proxy.tools.catalog import Catalog, CatalogCache
+from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.ranking import Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 
@@ -44,9 +44,8 @@ class ToolPlan:
     dispatch: bool = False  # later tools are called through call_tool; the block never changes
 
 
-def tools_update(entries: Sequence[Any]) -> str:
-    schemas = [{"name": e.name, "description": e.description,
-                "parameters": e.tool.get("function", {}).get("parameters", {})} for e in entries]
+def tools_update(entries: Sequence[ToolEntry]) -> str:
+    schemas = [e.brief() for e in entries]
     return ("<tools_update>\nThese tools are not in your tool list; call them through call_tool with their name "
             "and arguments:\n" + orjson.dumps(schemas, option=orjson.OPT_SORT_KEYS).decode() + "\n</tools_update>")
 
@@ -109,8 +108,7 @@ class ToolPlanner:
         messages = splice(request.messages, records)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
-        generic = cfg.stability in ("dispatch", "auto")
-        if generic:
+        if cfg.dispatch:
             messages = generic_calls(messages, records)
         frozen = None
         if cfg.stability != "per_turn" and request.location is not None:
@@ -123,7 +121,7 @@ class ToolPlanner:
             return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
         rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
         rendered.append(search_tool(tuple(deferred), cfg.search.listing, cfg.search.listing_chars))
-        if generic:
+        if cfg.dispatch:
             rendered.append(call_tool())
         if frozen is not None:  # auto: keep the cached block unless a fresh one is expected to cost less
             if not self._cheaper(request, catalog, messages, frozen, rendered):
@@ -146,8 +144,8 @@ class ToolPlanner:
     def _planned(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
                  outcome: str) -> ChatRequest:
-        dispatch = request.tenant.tools.stability in ("dispatch", "auto")
-        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome, dispatch)
+        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome,
+                        request.tenant.tools.dispatch)
         body = {**request.body, "tools": rendered, "messages": messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
@@ -210,13 +208,12 @@ class ToolPlanner:
     def _segment(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
                  frozen: dict[str, Any]) -> ChatRequest:
         assert request.location is not None
-        newest = request.location.chain.newest_user
-        earlier = [r for r in request.location.records if newest is None or r.chain_hash != newest.hash]
+        earlier = request.location.earlier_records
         appended: list[str] = next((list(r.tool_block) for r in reversed(earlier) if r.tool_block is not None), [])
         known = len(appended)
         base = set(frozen["surfaced"]) | set(appended)
         new = [n for n in self._ordered(pinned, messages, request) if n not in base]
-        if request.tenant.tools.stability != "segment":  # dispatch, auto: the block never grows
+        if request.tenant.tools.dispatch:  # the block never grows
             return self._announce(request, catalog, messages, frozen, appended, new)
         appended += new
         rendered = [*frozen["block"], *(catalog.entries[catalog.by_name[n]].tool for n in appended)]
@@ -288,13 +285,9 @@ class ToolPlanner:
         finally:
             self.metrics.judgment_seconds.labels(request.tenant.id, "tool_ranking").observe(
                 time.perf_counter() - started)
-        if ranking.usage:
-            pricing = request.tenant.tools.pricing
-            price = pricing.get(select.model or "") or pricing.get("default")
-            if price is not None:
-                cost = (ranking.usage.get("prompt_tokens", 0) * price.input_per_mtok
-                        + ranking.usage.get("completion_tokens", 0) * price.output_per_mtok) / 1e6
-                self.metrics.judgment_cost.labels(request.tenant.id, "tool_ranking").inc(cost)
+        cost = request.tenant.tools.judgment_cost(select.model, ranking.usage)
+        if cost is not None:
+            self.metrics.judgment_cost.labels(request.tenant.id, "tool_ranking").inc(cost)
         return ranking, "ranked"
 
     def _count(self, request: ChatRequest, catalog: Catalog, surfaced: list[str], deferred: list[str]) -> None:

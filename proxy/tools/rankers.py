@@ -7,7 +7,6 @@ are ranked lexically.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 from proxy.config import TenantConfig, ToolsConfig
@@ -32,12 +31,11 @@ class Rankers:
         select = tenant.tools.select
         if select.backend not in ("embeddings", "llm") or self.upstream is None or self.store is None:
             return self.for_config(tenant.tools)
-        base = select.endpoint or tenant.upstream.base_url
+        base, api_key = tenant.model_endpoint(select.endpoint, select.api_key_env)
         model = select.model or ("text-embedding-3-small" if select.backend == "embeddings" else "gpt-4o-mini")
         settings = (select.backend, base, model, select.max_catalog_tools, select.question)
         ranker = self._remote.get(settings)
         if ranker is None:
-            api_key = os.environ.get(select.api_key_env) if select.api_key_env else tenant.upstream.api_key()
             if select.backend == "embeddings":
                 from proxy.tools.embeddings import EmbeddingsRanker
 

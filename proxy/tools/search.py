@@ -167,10 +167,7 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
     note = (f"Call these tools through {CALL_TOOL} with their name and arguments." if dispatch
             else "These tools are now loaded; call them directly.")
     payload = {
-        "tools": [
-            {"name": e.name, "description": e.description, "parameters": e.tool.get("function", {}).get("parameters", {})}
-            for e in entries
-        ],
+        "tools": [e.brief() for e in entries],
         "note": note if entries else "No matching tools.",
     }
     return SearchResult(tuple(e.name for e in entries), orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
