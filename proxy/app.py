@@ -6,12 +6,17 @@ nothing lives at module level, so tests run several independent Keels in one pro
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote
 
+import orjson
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -22,8 +27,8 @@ from proxy.config import KeelConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
-from proxy.errors import BodyTooLargeError, ProxyError, error_body
-from proxy.ingress import Authenticator, Caller, parse_chat, request_id
+from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
+from proxy.ingress import Authenticator, Caller, ChatRequest, parse_chat, request_id
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.jobs import MemoryJobs
@@ -32,6 +37,7 @@ from proxy.metrics import Metrics
 from proxy.pipeline import Exchange, Pipeline, Planner
 from proxy.relay import Outcome, relay, upstream_headers
 from proxy.stores import Store, open_store
+from proxy.stores.guard import Breaker, GuardedStore
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlanner
@@ -40,6 +46,27 @@ from proxy.tools.responder import ToolSearchResponder
 from proxy.upstream import Upstream, UpstreamResponse, create_upstream
 
 log = logging.getLogger("keel.access")
+BACKGROUND_STORE_BUDGET = 2.0  # seconds: the memory worker and API may wait longer than a request's planners
+
+
+def upstream_path(scope: Mapping[str, Any]) -> str:
+    """The request's path after /v1/, exactly as the client sent it (still percent-encoded).
+
+    Forwarded as received; refused (400) when, decoded, it climbs out of the API with a dot
+    segment or carries a control character, so no path reaches the upstream with Keel's key
+    that the client could not have sent it directly."""
+    raw = scope.get("raw_path") or str(scope["path"]).encode()
+    text = raw.decode("latin-1")
+    decoded = text
+    for _ in range(3):  # %252e%252e is %2e%2e once decoded: look through double encoding
+        decoded, previous = unquote(decoded, errors="replace"), decoded
+        if decoded == previous:
+            break
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in decoded):
+        raise BadRequestError("the path contains a control character", code="invalid_path")
+    if any(segment in (".", "..") for segment in decoded.replace("\\", "/").split("/")):
+        raise BadRequestError("the path may not contain '.' or '..' segments", code="invalid_path")
+    return text.removeprefix("/v1/")
 
 
 class Keel:
@@ -53,17 +80,22 @@ class Keel:
         planners: Sequence[Planner] | None = None,
     ) -> None:
         self.config = config
-        self.store = store
         self.upstream = upstream
         self.metrics = Metrics()
-        self.auth = Authenticator(config.tenants)
-        self.conversations = Conversations(store, config.store.conversation_ttl_seconds)
+        # One breaker for the store; the request path waits `budget_ms`, background work longer.
+        breaker = Breaker(on_change=lambda up: self.metrics.store_up.set(1 if up else 0))
+        self.store = GuardedStore(store, config.store.budget_ms / 1000, breaker)
+        background = GuardedStore(store, BACKGROUND_STORE_BUDGET, breaker)
+        self.metrics.store_up.set(1)
+        self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
+        self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
-        self.memory_book = MemoryBook(store)
-        self.memory_jobs = MemoryJobs(store)
+        self.memory_book = MemoryBook(background)
+        self.memory_jobs = MemoryJobs(background)
         self.memory_worker = MemoryWorker(config, self.memory_book, self.memory_jobs, upstream, self.metrics)
         self.pipeline = Pipeline(self.default_planners() if planners is None else planners, self.metrics,
-                                 self.conversations)
+                                 self.conversations, store_healthy=lambda: self.store.healthy)
+        self._metrics_digests = config.server.metrics_digests()
 
     def default_planners(self) -> list[Planner]:
         """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""
@@ -79,18 +111,24 @@ class Keel:
         return [tools, MemoryPlanner(self.memory_jobs), ContextPlanner(self.conversations, memory=self.memory_book),
                 CachePlanner()]
 
-    async def read_body(self, request: Request) -> bytes:
-        limit = self.config.server.body_limit_bytes
+    async def read_body(self, request: Request, limit: int | None = None) -> bytes:
+        """The whole body, within the size limit and `timeouts.client_body` (a slow client gets 408)."""
+        limit = limit or self.config.server.body_limit_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise BodyTooLargeError(f"request body of {declared} bytes exceeds the {limit}-byte limit")
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLargeError(f"request body exceeds the {limit}-byte limit")
-            chunks.append(chunk)
+        seconds = self.config.server.timeouts.client_body
+        try:
+            async with asyncio.timeout(seconds):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLargeError(f"request body exceeds the {limit}-byte limit")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise RequestTimeoutError(f"the request body did not arrive within {seconds:g} s") from None
         return b"".join(chunks)
 
     def finisher(self, caller: Caller | None, route: str, method: str, path: str, rid: str,
@@ -125,9 +163,10 @@ class Keel:
             raw = await self.read_body(request)
             bytes_in = len(raw)
             tenant = caller.tenant
-            url = tenant.upstream.base_url + "/" + request.url.path.removeprefix("/v1/")
-            if request.url.query:
-                url += "?" + request.url.query
+            url = tenant.upstream.base_url + "/" + upstream_path(request.scope)
+            query = request.scope.get("query_string", b"")
+            if query:
+                url += "?" + query.decode("latin-1")
             headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid)
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
 
@@ -146,9 +185,12 @@ class Keel:
             if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
                 log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
             planned = await self.pipeline.run(parsed)
+            content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
+            if content is None:  # a body Keel could not write back: the client's own
+                planned, content = parsed, raw
             if planned.responder is not None:
-                return await planned.responder.respond(planned, Exchange(send, rid, done))
-            response = await send(planned.encoded(parsed))
+                return await planned.responder.respond(planned, Exchange(send, rid, done, content, raw))
+            response = await send(content)
             account = CacheAccounting(self.metrics, planned) if planned.location is not None else None
             return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account)
         except ProxyError as exc:
@@ -177,8 +219,27 @@ class Keel:
             gauge.inc()  # the body generator (and with it `finish`) starts only after we return
         return relayed
 
+    @staticmethod
+    async def _encode(planned: ChatRequest, parsed: ChatRequest) -> bytes:
+        return planned.encoded(parsed)
+
     async def ready(self) -> bool:
-        return bool(self.config.tenants) and await self.store.ping()
+        """Can this process serve? The store is not asked: without it Keel passes requests
+        through, so a store outage must not take every replica out of a load balancer."""
+        return bool(self.config.tenants)
+
+    async def health(self) -> dict[str, str]:
+        store = "ok" if await self.store.ping() else "unavailable"
+        self.metrics.store_up.set(1 if store == "ok" else 0)
+        return {"status": "ok", "store": store}
+
+    def may_read_metrics(self, headers: Mapping[str, str]) -> bool:
+        if not self._metrics_digests:
+            return True
+        authorization = headers.get("authorization", "")
+        token = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
+        digest = hashlib.sha256(token.encode()).digest()
+        return any(hmac.compare_digest(digest, d) for d in self._metrics_digests) and bool(token)
 
     async def aclose(self) -> None:
         await self.memory_worker.stop()
@@ -234,7 +295,8 @@ def create_app(
         return await keel.forward(request, "passthrough", chat=False)
 
     async def healthz(request: Request) -> Response:
-        return Response(b'{"status":"ok"}', media_type="application/json")
+        """The process is up (always 200), with the store's health as a detail."""
+        return Response(orjson.dumps(await keel.health()), media_type="application/json")
 
     async def readyz(request: Request) -> Response:
         if await keel.ready():
@@ -242,6 +304,8 @@ def create_app(
         return Response(b'{"status":"not ready"}', status_code=503, media_type="application/json")
 
     async def metrics(request: Request) -> Response:
+        if not keel.may_read_metrics(request.headers):
+            return error_response(AuthenticationError("/metrics needs one of server.metrics_keys"))
         return Response(keel.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

@@ -1,34 +1,28 @@
 """Conversation identity by content: chain hashes over the client's messages.
 
-Each user, assistant and tool message, in canonical JSON, extends `H_k = hash(H_{k-1}, m_k)`,
-seeded by tenant, end user and (when sent) a client conversation id. System and developer
-messages are context, not links. Because the seed carries tenant and user, two users whose
-chats both start with "hi" never produce the same hash (invariant 5).
+Each user, assistant and tool message, in canonical JSON, extends `H_k = hash(H_{k-1}, m_k)`.
+System and developer messages are context, not links. The seed says whose conversation it
+is, so that stored state is reused only by a request that proves it belongs there
+(invariant 5): the tenant; for a passthrough tenant, a digest of the caller's credential;
+the end user; the client's conversation id; and, unless the client names the conversation
+explicitly, the system prompt with its timestamps masked. Two users whose chats both start
+with "hi" never share a hash, and neither does one user's second chat under another
+system prompt: without proof, Keel starts a new conversation (a cache miss, never a leak).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from proxy.context.sections import mask
+from proxy.jsontext import canonical
 
 CONTEXT_ROLES = frozenset({"system", "developer"})
-
-
-def canonical_json(value: Any) -> bytes:
-    """Stable bytes for a JSON value: sorted keys, no whitespace, null-valued keys dropped."""
-    return orjson.dumps(_drop_nulls(value), option=orjson.OPT_SORT_KEYS)
-
-
-def _drop_nulls(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_nulls(v) for v in value]
-    return value
+canonical_json = canonical
 
 
 def _digest(*parts: bytes) -> str:
@@ -39,8 +33,33 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def chain_seed(tenant: str, user: str | None, conversation: str | None) -> str:
-    return _digest(b"keel-chain-v1", tenant.encode(), (user or "").encode(), (conversation or "").encode())
+def chain_seed(tenant: str, user: str | None, conversation: str | None, *, scope: str = "",
+               cache_key: str | None = None, context: str | None = None) -> str:
+    """`scope`: the credential digest of a passthrough caller; `context`: the masked system
+    prompt's digest (`ContextDigests`), part of the seed unless `conversation` is given."""
+    parts = [b"keel-chain-v2", tenant.encode(), scope.encode(), (user or "").encode(), (conversation or "").encode(),
+             (cache_key or "").encode(), b"" if conversation else (context or "").encode()]
+    return _digest(*parts)
+
+
+class ContextDigests:
+    """The digest of a system prompt with its timestamps masked, computed once per distinct
+    prompt (masking a long prompt costs milliseconds; hashing it, microseconds)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._known: OrderedDict[bytes, str] = OrderedDict()
+
+    def digest(self, text: str) -> str:
+        if not text:
+            return ""
+        exact = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        found = self._known.get(exact)
+        if found is None:
+            found = self._known[exact] = _digest(b"context", mask(text).encode())
+            if len(self._known) > self._size:
+                self._known.popitem(last=False)
+        return found
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,19 @@ class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message names the key."""
 
 
+def key_digests(keys: tuple[str, ...]) -> tuple[bytes, ...]:
+    """SHA-256 digests of 'sha256:<hex>' and 'env:VAR' keys (env keys read and hashed now)."""
+    digests = []
+    for key in keys:
+        if key.startswith("sha256:"):
+            digests.append(bytes.fromhex(key.removeprefix("sha256:")))
+        else:
+            value = os.environ.get(key.removeprefix("env:"))
+            if value:
+                digests.append(hashlib.sha256(value.encode()).digest())
+    return tuple(digests)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,6 +43,9 @@ class TimeoutsConfig(_Model):
     read: float = Field(300.0, gt=0, description="seconds to wait for each upstream read")
     write: float = Field(30.0, gt=0, description="seconds to send the request body upstream")
     pool: float = Field(10.0, gt=0, description="seconds to wait for a free pooled connection")
+    client_header: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers "
+                                 "(slow clients are disconnected)")
+    client_body: float = Field(60.0, gt=0, description="seconds a client has to send a request's body (408 after)")
 
 
 class ServerConfig(_Model):
@@ -44,11 +60,29 @@ class ServerConfig(_Model):
     shutdown_grace_seconds: float = Field(30.0, ge=0, description="time in-flight streams get on SIGTERM")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_bodies: bool = Field(False, description="log message bodies (debug only; never keys)")
+    max_client_connections: int = Field(2048, ge=1, description="open client connections per worker; "
+                                        "requests beyond get 503")
+    keel_key_prefixes: tuple[str, ...] = Field(
+        ("keel-", "sk-keel"), description="a bearer token with one of these prefixes is a Keel key: when it "
+        "matches no tenant it gets 401, never forwarded upstream as a passthrough tenant's provider key")
+    metrics_keys: tuple[str, ...] = Field((), description="'sha256:<hex>' or 'env:VAR' keys that may read "
+                                          "/metrics (Bearer); empty: /metrics is open")
+
+    @field_validator("metrics_keys")
+    @classmethod
+    def _metrics_key_forms(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        return AuthConfig._key_forms(keys)
+
+    def metrics_digests(self) -> tuple[bytes, ...]:
+        return key_digests(self.metrics_keys)
 
 
 class StoreConfig(_Model):
     url: str = Field("sqlite:///keel.db", description="sqlite:///path, redis://… or rediss://…")
     conversation_ttl_seconds: int = Field(30 * 24 * 3600, gt=0, description="TTL of turn records and anchors")
+    budget_ms: int = Field(100, ge=1, description="time one store call may take on the request path; slower "
+                           "calls fail open, and after 3 failures in a row the store is bypassed (passthrough) "
+                           "until a probe succeeds")
 
     @field_validator("url")
     @classmethod
@@ -77,15 +111,7 @@ class AuthConfig(_Model):
 
     def key_digests(self, admin: bool = False) -> tuple[bytes, ...]:
         """SHA-256 digests of every accepted key; env keys are read and hashed at load time."""
-        digests = []
-        for key in self.admin_keys if admin else self.keys:
-            if key.startswith("sha256:"):
-                digests.append(bytes.fromhex(key.removeprefix("sha256:")))
-            else:
-                value = os.environ.get(key.removeprefix("env:"))
-                if value:
-                    digests.append(hashlib.sha256(value.encode()).digest())
-        return tuple(digests)
+        return key_digests(self.admin_keys if admin else self.keys)
 
 
 UpstreamKind = Literal["openai", "openrouter", "anthropic-compatible", "standin"]

@@ -3,6 +3,7 @@
     ProxyError (500 server_error)
     ├── BadRequestError (400 invalid_request_error)
     ├── AuthenticationError (401 authentication_error)
+    ├── RequestTimeoutError (408 invalid_request_error)
     ├── BodyTooLargeError (413 invalid_request_error)
     ├── UpstreamConnectError (502 upstream_error)
     └── UpstreamTimeoutError (504 upstream_error)
@@ -39,6 +40,12 @@ class AuthenticationError(ProxyError):
     status = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+
+class RequestTimeoutError(ProxyError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
 
 
 class BodyTooLargeError(ProxyError):

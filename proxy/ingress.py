@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from proxy.chain import chain_seed
+from proxy import jsontext
+from proxy.chain import CONTEXT_ROLES, chain_seed
 from proxy.config import TenantConfig
+from proxy.messages import message_text
 
 if TYPE_CHECKING:
     from proxy.conversations import Location
@@ -30,12 +30,19 @@ class Caller:
     upstream_authorization: str | None  # the header value to send upstream
     admin: bool = False  # may manage any user's memory in its tenant
     keyed: bool = False  # authenticated by a Keel key (not a passthrough tenant's own provider key)
+    scope: str = ""  # passthrough: a digest of the caller's credential, in every key of its state
+
+
+def credential_scope(credential: str) -> str:
+    """What separates two passthrough callers' state: a digest of the credential they sent."""
+    return hashlib.blake2b(credential.encode(), digest_size=12, person=b"keel-scope").hexdigest() if credential else ""
 
 
 class Authenticator:
     """Maps a request's key to its tenant; every configured digest is compared in constant time."""
 
-    def __init__(self, tenants: tuple[TenantConfig, ...]) -> None:
+    def __init__(self, tenants: tuple[TenantConfig, ...], keel_key_prefixes: tuple[str, ...] = ()) -> None:
+        self._prefixes = keel_key_prefixes
         self._keyed = [(digest, t, False) for t in tenants for digest in t.auth.key_digests()]
         self._keyed += [(digest, t, True) for t in tenants for digest in t.auth.key_digests(admin=True)]
         self._by_id = {t.id: t for t in tenants}
@@ -53,8 +60,8 @@ class Authenticator:
         named = headers.get("x-keel-tenant")
         if named is not None:
             tenant = self._by_id.get(named)
-            if tenant is not None and tenant.auth.passthrough:
-                return Caller(tenant, authorization or None)
+            if tenant is not None and tenant.auth.passthrough and not self._looks_like_keel_key(token):
+                return Caller(tenant, authorization or None, scope=credential_scope(token))
         if token:
             digest = hashlib.sha256(token.encode()).digest()
             match: tuple[TenantConfig, bool] | None = None
@@ -63,11 +70,15 @@ class Authenticator:
                     match = (tenant, admin)
             if match is not None:
                 return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True)
-        if named is None and self._default is not None:
-            return Caller(self._default, authorization or None)
+        if named is None and self._default is not None and not self._looks_like_keel_key(token):
+            return Caller(self._default, authorization or None, scope=credential_scope(token))
         if not token:
             raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
         raise AuthenticationError("incorrect API key provided")
+
+    def _looks_like_keel_key(self, token: str) -> bool:
+        """A mistyped or revoked Keel key must never be forwarded upstream as a provider key."""
+        return bool(token) and token.startswith(self._prefixes)
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,8 @@ class ChatRequest:
     body: dict[str, Any]
     headers: Mapping[str, str]
     request_id: str
+    scope: str = ""  # the caller's credential digest (passthrough tenants), see `Caller.scope`
+    plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
     client_messages: tuple[dict[str, Any], ...] = ()  # the client's own message objects, as parsed
     location: Location | None = None  # where the turn sits in its conversation (features on only)
     responder: Responder | None = None  # set by a planner that must see the response (tool_search)
@@ -101,21 +114,38 @@ class ChatRequest:
 
     @property
     def end_user(self) -> str | None:
+        """`user`, `safety_identifier`, `X-Keel-User` or `metadata.user_id`."""
         metadata = self.body.get("metadata")
         from_meta = metadata.get("user_id") if isinstance(metadata, dict) else None
-        value = self.body.get("user") or self.headers.get("x-keel-user") or from_meta
-        return str(value) if value else None
+        value = (self.body.get("user") or self.body.get("safety_identifier") or self.headers.get("x-keel-user")
+                 or from_meta)
+        return str(value) if isinstance(value, (str, int)) and value != "" else None
 
     @property
     def conversation_id(self) -> str | None:
+        """An explicit conversation id: `X-Keel-Conversation` or `metadata.conversation_id`."""
         metadata = self.body.get("metadata")
         from_meta = metadata.get("conversation_id") if isinstance(metadata, dict) else None
-        value = self.headers.get("x-keel-conversation") or from_meta or self.body.get("prompt_cache_key")
-        return str(value) if value else None
+        value = self.headers.get("x-keel-conversation") or from_meta
+        return str(value) if isinstance(value, (str, int)) and value != "" else None
 
     @property
-    def chain_seed(self) -> str:
-        return chain_seed(self.tenant.id, self.end_user, self.conversation_id)
+    def cache_key(self) -> str | None:
+        """The client's own `prompt_cache_key`: it separates conversations, but an app may
+        send one constant for all its users, so it never stands in for the system prompt."""
+        value = self.body.get("prompt_cache_key")
+        return str(value) if isinstance(value, str) and value else None
+
+    @property
+    def context_text(self) -> str:
+        """The client's system and developer messages, joined: context, not chain links."""
+        return "\n\n".join(message_text(m) for m in self.messages if m.get("role") in CONTEXT_ROLES)
+
+    def chain_seed(self, context_digest: str) -> str:
+        """Whose conversation this is (see `proxy.chain`); `context_digest` is the masked
+        system prompt's, used unless the client names the conversation."""
+        return chain_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
+                          cache_key=self.cache_key, context=context_digest)
 
     def with_body(self, body: dict[str, Any], **changes: Any) -> ChatRequest:
         return replace(self, body=body, **changes)
@@ -131,14 +161,13 @@ class ChatRequest:
         return replace(self, response_headers={**self.response_headers, **headers})
 
     def encoded(self, original: ChatRequest) -> bytes:
-        """The bytes to send upstream: the client's own unless a planner changed the body,
-        in which case everything is rendered canonically (sorted keys) so reordered JSON
-        from the client still renders the same bytes."""
+        """The bytes to send upstream: the client's own unless a planner changed the body;
+        then the body in its own key order, numbers as the client wrote them (invariant 7)."""
         return self.raw if self.body is original.body else encode(self.body)
 
 
 def encode(body: dict[str, Any]) -> bytes:
-    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return jsontext.dumps(body)
 
 
 def request_id(headers: Mapping[str, str]) -> str:
@@ -148,8 +177,10 @@ def request_id(headers: Mapping[str, str]) -> str:
 
 def parse_chat(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str) -> ChatRequest:
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        body = jsontext.loads(raw)
+    except jsontext.UnreadableJsonError:  # valid, but too deep to plan: the client's bytes go upstream
+        return ChatRequest(caller.tenant, raw, {}, headers, rid, caller.scope, plannable=False)
+    except ValueError as exc:
         raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
@@ -158,4 +189,4 @@ def parse_chat(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str)
         raise BadRequestError("'messages' must be a list of message objects", param="messages")
     if not all(isinstance(m, dict) for m in messages):
         raise BadRequestError("every entry of 'messages' must be an object", param="messages")
-    return ChatRequest(caller.tenant, raw, body, headers, rid, tuple(messages))
+    return ChatRequest(caller.tenant, raw, body, headers, rid, caller.scope, client_messages=tuple(messages))

@@ -26,6 +26,7 @@ class Metrics:
         self.bytes_in = Counter("keel_request_bytes", "Request body bytes from clients", ["tenant"], registry=r)
         self.bytes_out = Counter("keel_response_bytes", "Response body bytes to clients", ["tenant"], registry=r)
         self.streams_open = Gauge("keel_streams_open", "Streaming responses in flight", ["tenant"], registry=r)
+        self.store_up = Gauge("keel_store_up", "1 while the store answers, 0 while it is bypassed", registry=r)
         self.planner_failures = Counter(
             "keel_planner_failures", "Planner stages that failed and were skipped", ["tenant", "planner"], registry=r
         )

@@ -1,28 +1,33 @@
 """The planner pipeline: an explicit ordered list of stages, each allowed to fail.
 
-A planner returns a new `ChatRequest` or the same object. A planner that raises is logged
-with its name, counted, and skipped: its part of the request stays as the client sent it
-(invariant 4: no feature failure fails a turn).
+A planner returns a new `ChatRequest` or the same object. Every stage, and the steps around
+them (finding the turn in its conversation, writing its record), runs through one guard:
+a stage that raises or overruns its deadline is logged with its name, counted, and
+skipped, so its part of the request stays as the client sent it (invariant 4: no feature
+failure fails a turn). A request whose conversation cannot be read at all (store down,
+a body the chain cannot hash) goes out as the client sent it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from starlette.responses import Response
 
-from proxy.chain import build_chain
+from proxy.chain import ContextDigests, build_chain
 from proxy.conversations import Conversations, TurnKind
 from proxy.ingress import ChatRequest
 from proxy.metrics import Metrics
 from proxy.relay import Outcome
-from proxy.stores import StoreError
 from proxy.upstream import UpstreamResponse
 
 log = logging.getLogger("keel.pipeline")
+T = TypeVar("T")
+STAGE_DEADLINE = 2.0  # seconds: a backstop; rankers, judges and the store have tighter budgets of their own
 
 
 class Planner(Protocol):
@@ -42,6 +47,8 @@ class Exchange:
     send: Callable[[bytes], Awaitable[UpstreamResponse]]
     request_id: str
     done: Callable[[Outcome], None]
+    content: bytes = b""  # the planned body, as encoded for the upstream
+    client_raw: bytes = b""  # the client's own body: what a failing responder falls back to
 
 
 class Responder(Protocol):
@@ -52,48 +59,55 @@ class Responder(Protocol):
 
 
 class Pipeline:
-    def __init__(self, planners: Sequence[Planner], metrics: Metrics, conversations: Conversations) -> None:
+    def __init__(self, planners: Sequence[Planner], metrics: Metrics, conversations: Conversations,
+                 store_healthy: Callable[[], bool] = lambda: True, deadline: float = STAGE_DEADLINE) -> None:
         self.planners = tuple(planners)
         self.metrics = metrics
         self.conversations = conversations
+        self.store_healthy = store_healthy
+        self.deadline = deadline
+        self.digests = ContextDigests()
 
     async def run(self, request: ChatRequest) -> ChatRequest:
         active = [p for p in self.planners if p.applies(request)]
-        if not active:
+        if not active or not request.plannable:
             return request
-        request = await self._locate(request)
+        if not self.store_healthy():  # the breaker is open: passthrough until the store recovers
+            self.metrics.planner_failures.labels(request.tenant.id, "store_unavailable").inc()
+            return request
+        located = await self.guard("locate", request, self._locate(request))
+        if located is None:
+            return request
+        request = located
         for planner in active:
-            try:
-                request = await planner.plan(request)
-            except Exception:
-                log.exception(
-                    "planner_failed",
-                    extra={"planner": planner.name, "tenant": request.tenant.id, "request_id": request.request_id},
-                )
-                self.metrics.planner_failures.labels(request.tenant.id, planner.name).inc()
-        await self._record(request)
+            planned = await self.guard(planner.name, request, planner.plan(request))
+            if planned is not None:
+                request = planned
+        await self.guard("record", request, self._record(request))
         return request
+
+    async def guard(self, stage: str, request: ChatRequest, work: Awaitable[T]) -> T | None:
+        """Run one stage hook within the deadline; on failure log, count, and return None."""
+        try:
+            return await asyncio.wait_for(work, self.deadline)
+        except Exception as exc:
+            log.warning("stage_failed", exc_info=not isinstance(exc, TimeoutError),
+                        extra={"stage": stage, "tenant": request.tenant.id, "request_id": request.request_id,
+                               "error": repr(exc)})
+            self.metrics.planner_failures.labels(request.tenant.id, stage).inc()
+            return None
 
     async def _record(self, request: ChatRequest) -> None:
         """Write the newest turn's record with what the planners decided (never on a regeneration)."""
         location = request.location
         if location is None or not request.record_fields or location.kind not in (TurnKind.NEW, TurnKind.CONTINUED):
             return
-        try:
-            record = self.conversations.new_record(location, **request.record_fields)
-            await self.conversations.write_turn(location.chain, record)
-        except StoreError:
-            log.warning("turn_record_not_stored", extra={"tenant": request.tenant.id, "request_id": request.request_id})
-            self.metrics.planner_failures.labels(request.tenant.id, "record").inc()
+        record = self.conversations.new_record(location, **request.record_fields)
+        await self.conversations.write_turn(location.chain, record)
 
     async def _locate(self, request: ChatRequest) -> ChatRequest:
-        """Find the turn in its conversation once, for every planner; a store failure only
-        costs the planners their history (the turn is treated as new)."""
-        chain = build_chain(request.chain_seed, request.messages)
-        try:
-            location = await self.conversations.locate(chain, request.conversation_id)
-        except StoreError:
-            log.warning("store_unavailable", extra={"tenant": request.tenant.id, "request_id": request.request_id})
-            self.metrics.planner_failures.labels(request.tenant.id, "locate").inc()
-            location = self.conversations.unknown(chain, request.conversation_id)
+        """Find the turn in its conversation once, for every planner."""
+        seed = request.chain_seed(self.digests.digest(request.context_text))
+        chain = build_chain(seed, request.messages)
+        location = await self.conversations.locate(chain, request.conversation_id)
         return replace(request, location=location)

@@ -1,7 +1,9 @@
 """Running servers: uvicorn with graceful shutdown, and the no-config quickstart.
 
 SIGTERM makes uvicorn stop accepting and wait up to `shutdown_grace_seconds` for in-flight
-requests (streams included) before it closes what is left.
+requests (streams included) before it closes what is left. A client that dribbles its
+headers (slowloris) is disconnected after `timeouts.client_header`; its body has
+`timeouts.client_body` (the app answers 408); past `max_client_connections`, 503.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import socket
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.app import create_app
 from proxy.config import KeelConfig, ServerConfig, load_config, parse_config
@@ -22,11 +25,58 @@ from proxy.standin.app import create_standin_app
 QUICKSTART_KEY = "keel-local"
 
 
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, closing a connection whose request headers take longer than
+    `config.keel_header_timeout` from their first byte (or from connecting, when nothing
+    arrives at all)."""
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._seconds: float = getattr(config, "keel_header_timeout", 10.0)
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self._seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+
 def uvicorn_config(app: Any, host: str, port: int, server: ServerConfig, **extra: Any) -> uvicorn.Config:
-    return uvicorn.Config(
-        app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=round(server.shutdown_grace_seconds), timeout_keep_alive=30, **extra,
-    )
+    """How Keel runs under uvicorn: bounded connections, header deadline, the upstream's own
+    Date and Server headers (uvicorn's would duplicate them)."""
+    options: dict[str, Any] = dict(
+        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=round(server.shutdown_grace_seconds),
+        timeout_keep_alive=30, limit_concurrency=server.max_client_connections, server_header=False,
+        date_header=False, http=HeaderDeadlineProtocol)
+    options.update(extra)
+    config = uvicorn.Config(app, host=host, port=port, **options)
+    config.keel_header_timeout = server.timeouts.client_header  # type: ignore[attr-defined]
+    return config
 
 
 def app_from_env() -> Any:
@@ -86,8 +136,10 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
     configure_logging(server.log_level)
     if workers > 1:
         os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
-        uvicorn.run("proxy.server:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_config=None, access_log=False, timeout_graceful_shutdown=round(server.shutdown_grace_seconds))
+        from uvicorn.supervisors import Multiprocess
+
+        multi = uvicorn_config("proxy.server:app_from_env", host, port, server, factory=True, workers=workers)
+        Multiprocess(multi, sockets=[multi.bind_socket()]).run()
         return
     uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
 

@@ -18,7 +18,8 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "data" / "tiktoken"))
 
 from proxy.app import create_app  # noqa: E402
-from proxy.config import KeelConfig, parse_config  # noqa: E402
+from proxy.config import KeelConfig, ServerConfig, parse_config  # noqa: E402
+from proxy.server import uvicorn_config  # noqa: E402
 from proxy.standin.app import StandIn, create_standin_app  # noqa: E402
 from proxy.tokens import TokenCounter  # noqa: E402
 
@@ -37,9 +38,10 @@ class ServerThread:
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
-        cfg = dict(log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+        server_config = config.pop("server_config", None) or ServerConfig()
+        cfg = dict(timeout_graceful_shutdown=5)
         cfg.update(config)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, **cfg))
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", self.port, server_config, **cfg))
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -110,7 +112,7 @@ def start_keel(tmp_path: Path) -> Iterator[Callable[..., ServerThread]]:
     os.environ["KEEL_TEST_UPSTREAM_KEY"] = "sk-upstream-secret"
 
     def start(config: KeelConfig, **kwargs: Any) -> ServerThread:
-        server = ServerThread(create_app(config, **kwargs)).__enter__()
+        server = ServerThread(create_app(config, **kwargs), server_config=config.server).__enter__()
         started.append(server)
         return server
 

@@ -67,12 +67,12 @@ def test_update_goes_first_in_string_and_parts_content() -> None:
 
 def chat(tenant_cfg: dict[str, Any], body: dict[str, Any]) -> ChatRequest:
     config = keel_config(tenant_cfg)
-    return ChatRequest(config.tenants[0], b"", body, {}, "rid", tuple(body["messages"]))
+    return ChatRequest(config.tenants[0], b"", body, {}, "rid", client_messages=tuple(body["messages"]))
 
 
 async def located(request: ChatRequest, tmp_path: Any) -> ChatRequest:
     convs = Conversations(SqliteStore(str(tmp_path / "c.db")), 3600)
-    chain = build_chain(request.chain_seed, request.messages)
+    chain = build_chain(request.chain_seed(""), request.messages)
     return request.__class__(**{**request.__dict__, "location": await convs.locate(chain)})
 
 

@@ -52,7 +52,9 @@ class Chat:
             "memory": "<memory>\nThe user likes tea.\n</memory>",
         }
         self.history: list[Body] = []
-        self.headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "alice"}
+        # The conversation id is what lets the system prompt change inside one conversation
+        # (without it, another system prompt is another conversation: see test_invariant_isolation).
+        self.headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "alice", "x-keel-conversation": "chat-1"}
 
     def system(self) -> str:
         return "\n\n".join(self.sections.values())

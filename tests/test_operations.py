@@ -25,15 +25,18 @@ AUTH = {"authorization": f"Bearer {KEY}"}
 
 
 def test_healthz_and_readyz(keel: ServerThread) -> None:
-    assert httpx.get(keel.url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(keel.url + "/healthz").json() == {"status": "ok", "store": "ok"}
     assert httpx.get(keel.url + "/readyz").status_code == 200
 
 
-def test_readyz_fails_when_store_unreachable(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
-    """A Keel whose store is down is alive but not ready."""
+def test_store_down_is_a_health_detail_not_unreadiness(standin: ServerThread,
+                                                       start_keel: Callable[..., ServerThread]) -> None:
+    """A Keel whose store is down still serves (it passes requests through), so it stays ready;
+    /healthz and keel_store_up say the store is down."""
     keel = start_keel(keel_config(tenant(standin.url + "/v1"), store={"url": "redis://127.0.0.1:1/0"}))
-    assert httpx.get(keel.url + "/healthz").status_code == 200
-    assert httpx.get(keel.url + "/readyz").status_code == 503
+    assert httpx.get(keel.url + "/healthz").json() == {"status": "ok", "store": "unavailable"}
+    assert httpx.get(keel.url + "/readyz").status_code == 200
+    assert "keel_store_up 0.0" in httpx.get(keel.url + "/metrics").text
 
 
 def test_metrics_count_requests_bytes_and_upstream_status(keel: ServerThread) -> None:

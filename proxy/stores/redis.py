@@ -67,8 +67,9 @@ class RedisStore:
         return bool(await self._run(self._redis.hdel(key, field)))
 
     async def ping(self) -> bool:
+        """Can the store write? (A replica that turned read-only, or an out-of-memory Redis, reads fine.)"""
         try:
-            return bool(await self._redis.ping())
+            return bool(await self._redis.set("keel:health", b"1", ex=60))
         except (RedisError, OSError):
             return False
 

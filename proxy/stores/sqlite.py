@@ -34,6 +34,7 @@ class SqliteStore:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keel-sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._inode: int | None = None  # the file the connection has open
         self._ops = 0
 
     def _connect(self) -> sqlite3.Connection:
@@ -45,7 +46,24 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
             self._conn = conn
+            self._inode = self._file_inode()
         return self._conn
+
+    def _file_inode(self) -> int | None:
+        if self.path == ":memory:":
+            return None
+        try:
+            return Path(self.path).stat().st_ino
+        except OSError:
+            return -1  # gone
+
+    def _check_file(self) -> sqlite3.Connection:
+        """A deleted or replaced database file: writes would vanish with the old inode, so
+        reconnect (recreating it); a directory that cannot be written fails the probe."""
+        if self._conn is not None and self._file_inode() != self._inode:
+            self._conn.close()
+            self._conn = None
+        return self._connect()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
@@ -57,7 +75,7 @@ class SqliteStore:
 
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"sqlite: {exc}") from exc
 
     @staticmethod
@@ -175,9 +193,17 @@ class SqliteStore:
         return await self._run(fn)
 
     async def ping(self) -> bool:
+        """Can the store write? (A read would pass on a deleted file or a full disk.)"""
+
+        def probe() -> bool:
+            conn = self._check_file()
+            conn.execute("INSERT OR REPLACE INTO kv (key, value, expires) VALUES ('keel:health', ?, ?)",
+                         (b"1", time.time() + 60))
+            return True
+
         try:
-            return await self._run(lambda c: c.execute("SELECT 1").fetchone() == (1,))
-        except StoreError:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, probe)
+        except (sqlite3.Error, OSError):
             return False
 
     async def close(self) -> None:
