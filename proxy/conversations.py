@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
+from proxy import jsontext
 from proxy.chain import Chain
 from proxy.stores import Store, key
 
@@ -37,11 +36,11 @@ class TurnRecord:
     created_at: float = 0.0
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return jsontext.dumps(asdict(self))
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> TurnRecord:
-        return cls(**orjson.loads(raw))
+        return cls(**jsontext.loads(raw))
 
 
 @dataclass(frozen=True)
@@ -56,11 +55,11 @@ class SegmentAnchor:
     created_at: float = 0.0
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return jsontext.dumps(asdict(self))
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> SegmentAnchor:
-        return cls(**orjson.loads(raw))
+        return cls(**jsontext.loads(raw))
 
 
 class TurnKind(StrEnum):

@@ -14,6 +14,7 @@ class Recorded:
     query: bytes
     headers: dict[str, str]
     body: bytes
+    raw_path: bytes = b""
 
 
 @dataclass
@@ -40,7 +41,8 @@ class Recorder:
             if not message.get("more_body"):
                 break
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        self.received.append(Recorded(scope["method"], scope["path"], scope["query_string"], headers, body))
+        self.received.append(Recorded(scope["method"], scope["path"], scope["query_string"], headers, body,
+                                      scope.get("raw_path") or b""))
         await send({"type": "http.response.start", "status": self.status,
                     "headers": [(b"content-type", self.content_type), (b"x-upstream", b"yes")]})
         for chunk in self.chunks:

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from blake3 import blake3
 
+from proxy import jsontext
 from proxy.tokens import TokenCounter
 from proxy.tools.lexical import LexicalIndex, term_frequencies
 
@@ -26,7 +26,7 @@ from proxy.tools.lexical import LexicalIndex, term_frequencies
 @dataclass(frozen=True)
 class ToolEntry:
     name: str
-    tool: dict[str, Any]  # canonical (sorted keys), as Keel renders it
+    tool: dict[str, Any]  # as the client sent it (key order kept: property order is meaningful)
     description: str
     server: str | None  # "github" for "github__create_branch"
     canonical: bytes = field(repr=False)  # the schema's bytes (sorted keys): its cache key
@@ -110,20 +110,21 @@ def tool_entry(tool: dict[str, Any], canonical: bytes) -> ToolEntry:
             param_text.append(pname)
             if isinstance(spec, dict) and isinstance(spec.get("description"), str):
                 param_text.append(spec["description"][:200])
-    return ToolEntry(name, orjson.loads(canonical), description, _server(name), canonical,
+    return ToolEntry(name, tool, description, _server(name), canonical,
                      term_frequencies(name, description, " ".join(param_text)))
 
 
 def build_catalog(key: str, tools: Sequence[dict[str, Any]],
                   known: dict[bytes, ToolEntry] | None = None) -> Catalog:
-    """A catalog from a tools array; `known` holds entries of schemas seen before (by their bytes)."""
+    """A catalog from a tools array; `known` holds entries of schemas seen before (by their bytes
+    in the client's own key order, so a schema is rendered the way its client wrote it)."""
     known = {} if known is None else known
     entries = []
     for tool in tools:
-        canonical = orjson.dumps(tool, option=orjson.OPT_SORT_KEYS)
-        entry = known.get(canonical)
+        written = jsontext.dumps(tool)
+        entry = known.get(written)
         if entry is None:
-            entry = known[canonical] = tool_entry(tool, canonical)
+            entry = known[written] = tool_entry(tool, jsontext.canonical(tool))
         entries.append(entry)
     by_name = {e.name: i for i, e in enumerate(entries)}
     names = sorted((n for n in by_name if n), key=len, reverse=True)
@@ -153,7 +154,7 @@ class CatalogCache:
         once per distinct array: a cached catalog was valid when it was built)."""
         # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
         # several times faster than sha256 (re-serializing the array costs more than hashing it).
-        key = blake3(orjson.dumps(tools)).hexdigest()
+        key = blake3(jsontext.dumps(tools)).hexdigest()
         catalog = self._catalogs.get(key)
         if catalog is not None:
             self._catalogs.move_to_end(key)

@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from proxy import jsontext
 from proxy.config import TenantConfig
 from proxy.context.update import prepend_updates
 from proxy.conversations import TurnKind
@@ -47,7 +46,7 @@ class ToolPlan:
 def tools_update(entries: Sequence[ToolEntry]) -> str:
     schemas = [e.brief() for e in entries]
     return ("<tools_update>\nThese tools are not in your tool list; call them through call_tool with their name "
-            "and arguments:\n" + orjson.dumps(schemas, option=orjson.OPT_SORT_KEYS).decode() + "\n</tools_update>")
+            "and arguments:\n" + jsontext.dumps(schemas).decode() + "\n</tools_update>")
 
 
 def generic_calls(messages: list[dict[str, Any]], records: Sequence[Any]) -> list[dict[str, Any]]:
@@ -127,7 +126,7 @@ class ToolPlanner:
             if not self._cheaper(request, catalog, messages, frozen, rendered):
                 return self._segment(request, catalog, messages, pinned, frozen)
             frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
-            await self.store.set(self._frozen_key(request), orjson.dumps(frozen), self.ttl)
+            await self.store.set(self._frozen_key(request), jsontext.dumps(frozen), self.ttl)
             planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
             return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
         if cfg.stability != "per_turn" and request.location is not None:
@@ -174,12 +173,12 @@ class ToolPlanner:
 
         Keeping the frozen block, the tools and the history before this turn are read from the
         provider's cache at `cache.read_price`; a fresh block misses everything after it."""
-        history = sum(len(orjson.dumps(m)) for m in messages) // 4
+        history = sum(len(jsontext.dumps(m)) for m in messages) // 4
 
         def tokens(block: list[dict[str, Any]]) -> int:
             names = [t["function"]["name"] for t in block]
             known = catalog.entries_for(n for n in names if n in catalog.by_name)
-            extra = sum(len(orjson.dumps(t)) // 4 for t in block if t["function"]["name"] not in catalog.by_name)
+            extra = sum(len(jsontext.dumps(t)) // 4 for t in block if t["function"]["name"] not in catalog.by_name)
             return self.catalogs.tool_tokens(catalog, known) + extra
 
         keep = request.tenant.cache.read_price * (tokens(frozen["block"]) + history)
@@ -196,14 +195,14 @@ class ToolPlanner:
         if request.location is None or (request.location.kind is TurnKind.NEW and not request.location.records):
             return None
         raw = await self.store.get(self._frozen_key(request))
-        frozen = orjson.loads(raw) if raw else None
+        frozen = jsontext.loads(raw) if raw else None
         return frozen if frozen and frozen.get("catalog") == catalog.key else None
 
     async def _freeze(self, request: ChatRequest, frozen: dict[str, Any]) -> dict[str, Any]:
-        if await self.store.set_if_absent(self._frozen_key(request), orjson.dumps(frozen), self.ttl):
+        if await self.store.set_if_absent(self._frozen_key(request), jsontext.dumps(frozen), self.ttl):
             return frozen
         raw = await self.store.get(self._frozen_key(request))
-        return orjson.loads(raw) if raw else frozen
+        return jsontext.loads(raw) if raw else frozen
 
     def _segment(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
                  frozen: dict[str, Any]) -> ChatRequest:

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from proxy import jsontext
 from proxy.tools.catalog import Catalog, ToolEntry
 from proxy.tools.ranking import Ranker
 
@@ -170,4 +171,4 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
         "tools": [e.brief() for e in entries],
         "note": note if entries else "No matching tools.",
     }
-    return SearchResult(tuple(e.name for e in entries), orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
+    return SearchResult(tuple(e.name for e in entries), jsontext.dumps(payload).decode())
