@@ -12,6 +12,11 @@ import yaml
 from proxy.config import DEFAULT_MODEL_SOURCE, ConfigError, load_config, masked
 
 
+def _print_progress(name: str, done: int, total: int | None) -> None:
+    of = f"/{total:,} bytes ({done * 100 // total}%)" if total else " bytes"
+    print(f"{name}: {done:,}{of}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="keel", description="Keel: an OpenAI-compatible proxy that cuts prompt cost")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -32,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     fetch = sub.add_parser("fetch-model", help="download the local ranker's model (int8 ONNX + tokenizer) once")
     fetch.add_argument("dir", nargs="?", help="model directory (default: keel/all-MiniLM-L6-v2 in the user's cache)")
     fetch.add_argument("--source", help="base URL of the model's files (default: its hub repository)")
+    fetch.add_argument("--no-verify", action="store_true",
+                       help="accept files whose sha256 differs from the published ones (another build at --source)")
     args = parser.parse_args(argv)
 
     try:
@@ -40,9 +47,14 @@ def main(argv: list[str] | None = None) -> int:
             print(yaml.safe_dump(masked(config), sort_keys=False), end="")
             return 0
         if args.command == "fetch-model":
-            from proxy.tools.model_fetch import default_model_dir, fetch_model
+            from proxy.tools.model_fetch import ModelFetchError, default_model_dir, fetch_model
 
-            path = fetch_model(args.dir or default_model_dir(), args.source or DEFAULT_MODEL_SOURCE)
+            try:
+                path = fetch_model(args.dir or default_model_dir(), args.source or DEFAULT_MODEL_SOURCE,
+                                   verify=not args.no_verify, progress=_print_progress)
+            except ModelFetchError as exc:
+                print(f"keel fetch-model: {exc}", file=sys.stderr)
+                return 1
             print(f"model ready in {path}")
             return 0
         if args.command == "standin":
