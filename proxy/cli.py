@@ -1,15 +1,28 @@
-"""The `keel` command: serve, check-config, standin, fetch-model."""
+"""The `keel` command: serve, check-config, standin, fetch-model (and --version)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import httpx
 import yaml
 
 from proxy.config import DEFAULT_MODEL_SOURCE, ConfigError, load_config, masked
+
+
+def version() -> str:
+    """The installed package's version; from a source tree that is not installed, pyproject.toml's."""
+    try:
+        return metadata.version("keel-proxy")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE) if pyproject.is_file() else None
+        return found.group(1) if found else "unknown"
 
 
 def _print_progress(name: str, done: int, total: int | None) -> None:
@@ -19,6 +32,7 @@ def _print_progress(name: str, done: int, total: int | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="keel", description="Keel: an OpenAI-compatible proxy that cuts prompt cost")
+    parser.add_argument("--version", action="version", version=f"keel {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", help="YAML config; without it: quickstart (stand-in, or OpenAI if OPENAI_API_KEY)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from recorder import Recorder
 from proxy.logs import JsonFormatter
 
 AUTH = {"authorization": f"Bearer {KEY}"}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_healthz_and_readyz(keel: ServerThread) -> None:
@@ -127,3 +129,25 @@ def test_sigterm_finishes_inflight_stream(standin: ServerThread, tmp_path: Path)
         assert proc.wait(timeout=10) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once done
     finally:
         proc.kill()
+
+
+def test_version_from_package_metadata() -> None:
+    """`keel --version` prints `keel <version>`, the version pyproject.toml declares."""
+    declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert declared
+    out = subprocess.run([sys.executable, "-m", "proxy", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == f"keel {declared.group(1)}\n"
+
+
+def test_version_falls_back_to_pyproject(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a source tree that is not installed, the version comes from pyproject.toml."""
+    from importlib import metadata
+
+    from proxy.cli import version
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert declared and version() == declared.group(1)
