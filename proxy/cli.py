@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 from importlib import metadata
@@ -30,14 +31,26 @@ def _print_progress(name: str, done: int, total: int | None) -> None:
     print(f"{name}: {done:,}{of}", file=sys.stderr, flush=True)
 
 
+def listen_address(host: str | None, port: int | None) -> tuple[str | None, int | None]:
+    """`keel serve`'s address: the flags, else KEEL_HOST / KEEL_PORT (the container image sets them),
+    else None (the config's server.host/port, or the quickstart's 127.0.0.1:8080)."""
+    host = host or os.environ.get("KEEL_HOST") or None
+    if port is None and os.environ.get("KEEL_PORT"):
+        value = os.environ["KEEL_PORT"]
+        if not value.isdigit() or int(value) > 65535:
+            raise ConfigError(f"KEEL_PORT: {value!r} is not a port number")
+        port = int(value)
+    return host, port
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="keel", description="Keel: an OpenAI-compatible proxy that cuts prompt cost")
     parser.add_argument("--version", action="version", version=f"keel {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", help="YAML config; without it: quickstart (stand-in, or OpenAI if OPENAI_API_KEY)")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="address to listen on (default: $KEEL_HOST, else the config's server.host)")
+    serve.add_argument("--port", type=int, help="port (default: $KEEL_PORT, else the config's server.port)")
     serve.add_argument("--workers", type=int)
     serve.add_argument("--store", default="sqlite:///keel.db", help="store URL for the quickstart")
     check = sub.add_parser("check-config", help="validate a config and print it, secrets masked")
@@ -79,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         from proxy.server import serve as run
         from proxy.server import serve_quickstart
 
+        host, port = listen_address(args.host, args.port)
         if args.config:
-            run(args.config, args.host, args.port, args.workers)
+            run(args.config, host, port, args.workers)
         else:
-            asyncio.run(serve_quickstart(args.host or "127.0.0.1", args.port or 8080, args.store))
+            asyncio.run(serve_quickstart(host or "127.0.0.1", port or 8080, args.store))
         return 0
     except ConfigError as exc:
         print(exc, file=sys.stderr)
