@@ -61,11 +61,14 @@ def hub() -> Iterator[tuple[str, Counter[str]]]:
 
 
 def test_fetch_once(hub: tuple[str, Counter[str]], tmp_path: Path) -> None:
-    """Both files arrive whole; a second fetch finds them and asks the hub for nothing."""
+    """Both files arrive whole and readable by every user (root fetches, Keel runs as another user);
+    a second fetch finds them and asks the hub for nothing."""
     source, hits = hub
     target = fetch_model(tmp_path / "model", source)
     assert (target / "model.onnx").read_bytes() == (MODEL_DIR / "model.onnx").read_bytes()
     assert (target / "tokenizer.json").read_bytes() == (MODEL_DIR / "tokenizer.json").read_bytes()
+    for name in ("model.onnx", "tokenizer.json"):
+        assert (target / name).stat().st_mode & 0o777 == 0o644
     asked = sum(hits.values())
     fetch_model(tmp_path / "model", source)
     assert sum(hits.values()) == asked == 2

@@ -107,6 +107,7 @@ def _fetch_file(client: httpx.Client, url: str, path: Path, expected: str | None
         if expected is not None and sha.hexdigest() != expected:
             raise ModelFetchError(f"{url}: sha256 {sha.hexdigest()} is not the expected {expected} "
                                   "(`keel fetch-model --no-verify` accepts another build)")
+        os.chmod(partial, 0o644)  # mkstemp's 0600 would hide the model from the user Keel runs as
         os.replace(partial, path)
     except httpx.HTTPError as exc:
         raise ModelFetchError(f"{url}: {type(exc).__name__}: {exc}") from exc
