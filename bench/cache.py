@@ -12,7 +12,7 @@ Anthropic's prefix-cache rules. The direct client marks Anthropic breakpoints th
 Input cost is in units of one uncached input token: uncached + 0.1 x cache reads +
 1.25 x cache writes. The ceiling is the cached fraction if every token an earlier request
 already sent as a prefix were served from cache (measured by the stand-in in whole blocks:
-a tool, a message part).
+a tool, a message part; it reports it in the x-standin-prefix-ceiling header).
 """
 
 from __future__ import annotations
@@ -59,10 +59,12 @@ def mark(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}
 
 
-def conversation(url: str, rules: str, with_catalog: bool, via_keel: bool) -> list[dict[str, Any]]:
+def conversation(url: str, rules: str, with_catalog: bool, via_keel: bool) -> tuple[list[dict[str, Any]], int]:
+    """Each call's usage, and the stand-in's prefix ceilings summed over the calls."""
     tools = tools_for(with_catalog)
     history: list[dict[str, Any]] = []
     usages = []
+    ceiling = 0
     headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "bench-user"}
     client = httpx.Client(timeout=60)
     for turn in range(1, 13):
@@ -81,21 +83,25 @@ def conversation(url: str, rules: str, with_catalog: bool, via_keel: bool) -> li
             response = client.post(url + "/v1/chat/completions", json=body, headers=headers)
             reply = response.json()
             usages.append(reply["usage"])
+            # one upstream call per client call here (each tool is named in its turn): a tool_search
+            # round Keel answered itself would add a call whose ceiling header the client never sees
+            assert response.headers.get("x-keel-tool-search-rounds", "0") == "0"
+            ceiling += int(response.headers["x-standin-prefix-ceiling"])
             message = reply["choices"][0]["message"]
             history.append({k: v for k, v in message.items() if v is not None and k != "refusal"})
             if not message.get("tool_calls"):
                 break
             for call in message["tool_calls"]:
                 history.append({"role": "tool", "tool_call_id": call["id"], "content": "12:00 UTC, all fine."})
-    return usages
+    return usages, ceiling
 
 
-def summarize(usages: list[dict[str, Any]], rules: str) -> dict[str, float]:
+def summarize(usages: list[dict[str, Any]], ceiling_tokens: int, rules: str) -> dict[str, float]:
     prompt = sum(u["prompt_tokens"] for u in usages)
     reads = sum(u.get("prompt_tokens_details", {}).get("cached_tokens", 0) for u in usages)
     writes = sum(u.get("cache_creation_input_tokens", 0) for u in usages) if rules == "anthropic" else 0
     cost = (prompt - reads - writes) + 0.1 * reads + 1.25 * writes
-    ceiling = sum(u.get("standin_prefix_ceiling_tokens", 0) for u in usages) / prompt
+    ceiling = ceiling_tokens / prompt
     return {"prompt": prompt, "reads": reads, "writes": writes, "cost": cost, "fraction": reads / prompt,
             "ceiling": ceiling, "calls": len(usages)}
 
@@ -110,7 +116,7 @@ def run(rules: str, with_catalog: bool, via_keel: bool, stability: str = "dispat
             extra = {"tools": {"enabled": True, "stability": stability}, "context": {"stable": True},
                      "cache": {"breakpoints": "auto", "prompt_cache_key": "auto"}}
             keel, url, _ = start_keel(standin_url, extra, kind=kind)
-        return summarize(conversation(url, rules, with_catalog, via_keel), rules)
+        return summarize(*conversation(url, rules, with_catalog, via_keel), rules)
     finally:
         if keel:
             keel.stop()

@@ -1,10 +1,14 @@
-"""The `keel` command: serve, check-config, standin, fetch-model."""
+"""The `keel` command: serve, check-config, standin, fetch-model (and --version)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import httpx
 import yaml
@@ -12,13 +16,41 @@ import yaml
 from proxy.config import DEFAULT_MODEL_SOURCE, ConfigError, load_config, masked
 
 
+def version() -> str:
+    """The installed package's version; from a source tree that is not installed, pyproject.toml's."""
+    try:
+        return metadata.version("keel-proxy")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE) if pyproject.is_file() else None
+        return found.group(1) if found else "unknown"
+
+
+def _print_progress(name: str, done: int, total: int | None) -> None:
+    of = f"/{total:,} bytes ({done * 100 // total}%)" if total else " bytes"
+    print(f"{name}: {done:,}{of}", file=sys.stderr, flush=True)
+
+
+def listen_address(host: str | None, port: int | None) -> tuple[str | None, int | None]:
+    """`keel serve`'s address: the flags, else KEEL_HOST / KEEL_PORT (the container image sets them),
+    else None (the config's server.host/port, or the quickstart's 127.0.0.1:8080)."""
+    host = host or os.environ.get("KEEL_HOST") or None
+    if port is None and os.environ.get("KEEL_PORT"):
+        value = os.environ["KEEL_PORT"]
+        if not value.isdigit() or int(value) > 65535:
+            raise ConfigError(f"KEEL_PORT: {value!r} is not a port number")
+        port = int(value)
+    return host, port
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="keel", description="Keel: an OpenAI-compatible proxy that cuts prompt cost")
+    parser.add_argument("--version", action="version", version=f"keel {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", help="YAML config; without it: quickstart (stand-in, or OpenAI if OPENAI_API_KEY)")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="address to listen on (default: $KEEL_HOST, else the config's server.host)")
+    serve.add_argument("--port", type=int, help="port (default: $KEEL_PORT, else the config's server.port)")
     serve.add_argument("--workers", type=int)
     serve.add_argument("--store", default="sqlite:///keel.db", help="store URL for the quickstart")
     check = sub.add_parser("check-config", help="validate a config and print it, secrets masked")
@@ -32,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     fetch = sub.add_parser("fetch-model", help="download the local ranker's model (int8 ONNX + tokenizer) once")
     fetch.add_argument("dir", nargs="?", help="model directory (default: keel/all-MiniLM-L6-v2 in the user's cache)")
     fetch.add_argument("--source", help="base URL of the model's files (default: its hub repository)")
+    fetch.add_argument("--no-verify", action="store_true",
+                       help="accept files whose sha256 differs from the published ones (another build at --source)")
     args = parser.parse_args(argv)
 
     try:
@@ -40,9 +74,14 @@ def main(argv: list[str] | None = None) -> int:
             print(yaml.safe_dump(masked(config), sort_keys=False), end="")
             return 0
         if args.command == "fetch-model":
-            from proxy.tools.model_fetch import default_model_dir, fetch_model
+            from proxy.tools.model_fetch import ModelFetchError, default_model_dir, fetch_model
 
-            path = fetch_model(args.dir or default_model_dir(), args.source or DEFAULT_MODEL_SOURCE)
+            try:
+                path = fetch_model(args.dir or default_model_dir(), args.source or DEFAULT_MODEL_SOURCE,
+                                   verify=not args.no_verify, progress=_print_progress)
+            except ModelFetchError as exc:
+                print(f"keel fetch-model: {exc}", file=sys.stderr)
+                return 1
             print(f"model ready in {path}")
             return 0
         if args.command == "standin":
@@ -53,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         from proxy.server import serve as run
         from proxy.server import serve_quickstart
 
+        host, port = listen_address(args.host, args.port)
         if args.config:
-            run(args.config, args.host, args.port, args.workers)
+            run(args.config, host, port, args.workers)
         else:
-            asyncio.run(serve_quickstart(args.host or "127.0.0.1", args.port or 8080, args.store))
+            asyncio.run(serve_quickstart(host or "127.0.0.1", port or 8080, args.store))
         return 0
     except ConfigError as exc:
         print(exc, file=sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -36,6 +36,32 @@ def key_digests(keys: tuple[str, ...]) -> tuple[bytes, ...]:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_switches(cls, data: Any) -> Any:
+        """YAML 1.1 reads an unquoted off/no (on/yes) as false (true). For a choice that offers "off",
+        false means "off", and true means "auto" where "auto" is a choice and "on" is not."""
+        if not isinstance(data, dict):
+            return data
+        fixed = dict(data)
+        for name, field in cls.model_fields.items():
+            value = data.get(name)
+            choices = _choices(field.annotation)
+            if not isinstance(value, bool) or "off" not in choices:
+                continue
+            if not value:
+                fixed[name] = "off"
+            elif "auto" in choices and "on" not in choices:
+                fixed[name] = "auto"
+        return fixed
+
+
+def _choices(annotation: Any) -> set[Any]:
+    """The values a Literal (or an optional Literal) allows; empty for any other type."""
+    if get_origin(annotation) is Literal:
+        return set(get_args(annotation))
+    return {choice for arg in get_args(annotation) if get_origin(arg) is Literal for choice in get_args(arg)}
 
 
 class TimeoutsConfig(_Model):
@@ -315,6 +341,13 @@ class KeelConfig(_Model):
     tenants: tuple[TenantConfig, ...] = ()
     tenants_dir: str | None = Field(None, description="directory of one YAML file per tenant")
 
+    @field_validator("tenants")
+    @classmethod
+    def _some_tenant(cls, tenants: tuple[TenantConfig, ...]) -> tuple[TenantConfig, ...]:
+        if not tenants:  # every request would be refused: say so at load, not with a 401 later
+            raise ValueError("no tenant configured: add one here, or a tenants_dir with one YAML file per tenant")
+        return tenants
+
     @model_validator(mode="after")
     def _tenants_unique(self) -> KeelConfig:
         ids = [t.id for t in self.tenants]
@@ -377,7 +410,8 @@ def masked(config: KeelConfig) -> dict[str, Any]:
     """The effective config as plain data with secrets masked (for `keel check-config`)."""
     data = config.model_dump(mode="json")
     for tenant in data["tenants"]:
-        tenant["auth"]["keys"] = [k if k.startswith("env:") else k[:11] + "…" for k in tenant["auth"]["keys"]]
+        for keys in ("keys", "admin_keys"):
+            tenant["auth"][keys] = [k if k.startswith("env:") else k[:11] + "…" for k in tenant["auth"][keys]]
         tenant["upstream"]["headers"] = {k: "***" for k in tenant["upstream"]["headers"]}
     url = data["store"]["url"]
     if "@" in url:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,7 @@ def test_example_config_loads() -> None:
     config = load_config(ROOT / "config.example.yaml")
     assert [t.id for t in config.tenants] == ["acme", "byok"]
     assert config.tenants[1].auth.passthrough and config.tenants[1].default
+    assert config.tenants[0].cache.breakpoints == "off"  # written unquoted: YAML's false
 
 
 def test_example_documents_every_key() -> None:
@@ -91,17 +93,54 @@ def test_env_keys_read_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_PROXY_KEY", "secret-1")
     data = minimal()
     data["tenants"][0]["auth"]["keys"] = ["env:MY_PROXY_KEY"]  # type: ignore[index]
-    import hashlib
-
     assert parse_config(data).tenants[0].auth.key_digests() == (hashlib.sha256(b"secret-1").digest(),)
 
 
 def test_masked_hides_secrets() -> None:
+    admin_digest = hashlib.sha256(b"admin-key").hexdigest()
     data = minimal()
     data["store"] = {"url": "redis://user:pw@redis:6379/0"}
     data["tenants"][0]["upstream"]["headers"] = {"x-secret": "abc"}  # type: ignore[index]
-    shown = str(masked(parse_config(data)))
-    assert KEY_DIGEST not in shown and "pw@" not in shown and "abc" not in shown
+    data["tenants"][0]["auth"]["admin_keys"] = [f"sha256:{admin_digest}", "env:ADMIN_KEY"]  # type: ignore[index]
+    shown = masked(parse_config(data))
+    assert KEY_DIGEST not in str(shown) and "pw@" not in str(shown) and "abc" not in str(shown)
+    assert admin_digest not in str(shown)
+    assert shown["tenants"][0]["auth"]["admin_keys"] == [f"sha256:{admin_digest[:4]}…", "env:ADMIN_KEY"]
+
+
+def test_unquoted_off_and_on(tmp_path: Path) -> None:
+    """YAML 1.1 reads unquoted off/no/on/yes as booleans; an off|auto choice takes them as "off"/"auto"."""
+    tenant = f"  - id: t\n    auth:\n      keys: [sha256:{KEY_DIGEST}]\n    upstream:\n      base_url: http://u/v1\n"
+    (tmp_path / "a.yaml").write_text("tenants:\n" + tenant + "    cache: {breakpoints: on, prompt_cache_key: off}\n")
+    (tmp_path / "b.yaml").write_text("tenants:\n" + tenant + "    cache: {breakpoints: no, prompt_cache_key: yes}\n")
+    a, b = load_config(tmp_path / "a.yaml").tenants[0].cache, load_config(tmp_path / "b.yaml").tenants[0].cache
+    assert (a.breakpoints, a.prompt_cache_key) == ("auto", "off")
+    assert (b.breakpoints, b.prompt_cache_key) == ("off", "auto")
+    (tmp_path / "c.yaml").write_text("tenants:\n" + tenant + "    tools: {search: {listing: off}}\n")
+    with pytest.raises(ConfigError, match=r"tenants\.0\.tools\.search\.listing"):  # no "off" among its choices
+        load_config(tmp_path / "c.yaml")
+
+
+@pytest.mark.parametrize("data", [{}, {"server": {"port": 9000}}, {"tenants": []}])
+def test_no_tenant_rejected(data: dict[str, object]) -> None:
+    """A config that serves no tenant would refuse every request: it is rejected at load, naming `tenants`."""
+    with pytest.raises(ConfigError, match=r"tenants: .*no tenant configured"):
+        parse_config(data, "keel.yaml")
+
+
+def test_empty_tenants_dir_rejected(tmp_path: Path) -> None:
+    (tmp_path / "tenants").mkdir()
+    (tmp_path / "keel.yaml").write_text("tenants_dir: tenants\n")
+    with pytest.raises(ConfigError, match=r"tenants: .*no tenant configured"):
+        load_config(tmp_path / "keel.yaml")
+
+
+def test_quickstart_still_builds_its_config() -> None:
+    """The no-config quickstart builds its own one-tenant config, unaffected by the tenants rule."""
+    from proxy.server import quickstart_config
+
+    config = quickstart_config(None, "sqlite:///:memory:", "127.0.0.1", 8080)
+    assert [t.id for t in config.tenants] == ["local"]
 
 
 def test_check_config_cli(tmp_path: Path) -> None:

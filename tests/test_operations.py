@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from recorder import Recorder
 from proxy.logs import JsonFormatter
 
 AUTH = {"authorization": f"Bearer {KEY}"}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_healthz_and_readyz(keel: ServerThread) -> None:
@@ -130,3 +132,67 @@ def test_sigterm_finishes_inflight_stream(standin: ServerThread, tmp_path: Path)
         assert proc.wait(timeout=10) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once done
     finally:
         proc.kill()
+
+
+def test_version_from_package_metadata() -> None:
+    """`keel --version` prints `keel <version>`, the version pyproject.toml declares."""
+    declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert declared
+    out = subprocess.run([sys.executable, "-m", "proxy", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == f"keel {declared.group(1)}\n"
+
+
+def test_version_falls_back_to_pyproject(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a source tree that is not installed, the version comes from pyproject.toml."""
+    from importlib import metadata
+
+    from proxy.cli import version
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert declared and version() == declared.group(1)
+
+
+def test_serve_listens_where_keel_port_says(standin: ServerThread, tmp_path: Path) -> None:
+    """`keel serve` takes KEEL_HOST/KEEL_PORT (the container image sets them) over the config's
+    server.host/port, so the image's HEALTHCHECK knows the port; a bad KEEL_PORT exits 2 naming it."""
+    config_port, env_port = _free_port(), _free_port()
+    config = {"server": {"port": config_port}, "store": {"url": f"sqlite:///{tmp_path}/k.db"},
+              "tenants": [{"id": "acme", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]},
+                           "upstream": {"base_url": standin.url + "/v1"}}]}
+    (tmp_path / "keel.yaml").write_text(yaml.safe_dump(config))
+    serve = [sys.executable, "-m", "proxy", "serve", "--config", str(tmp_path / "keel.yaml")]
+    env = {**os.environ, "KEEL_HOST": "127.0.0.1", "KEEL_PORT": str(env_port)}
+    proc = subprocess.Popen(serve, stderr=subprocess.DEVNULL, env=env)
+    try:
+        for _ in range(200):
+            try:
+                assert httpx.get(f"http://127.0.0.1:{env_port}/healthz").status_code == 200
+                break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("Keel did not listen on KEEL_PORT")
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{config_port}/healthz")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    bad = subprocess.run(serve, capture_output=True, text=True, env={**env, "KEEL_PORT": "http"}, timeout=30)
+    assert bad.returncode == 2 and "KEEL_PORT" in bad.stderr
+
+
+def test_listen_address_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flags first, then KEEL_HOST/KEEL_PORT, else nothing (the config decides; 127.0.0.1 by default)."""
+    from proxy.cli import listen_address
+
+    monkeypatch.delenv("KEEL_HOST", raising=False)
+    monkeypatch.delenv("KEEL_PORT", raising=False)
+    assert listen_address(None, None) == (None, None)
+    monkeypatch.setenv("KEEL_HOST", "0.0.0.0")
+    monkeypatch.setenv("KEEL_PORT", "9000")
+    assert listen_address(None, None) == ("0.0.0.0", 9000)
+    assert listen_address("127.0.0.1", 8081) == ("127.0.0.1", 8081)

@@ -137,3 +137,40 @@ def test_token_counter_falls_back_without_encodings(monkeypatch: pytest.MonkeyPa
     counter = TokenCounter(encoding="no_such_encoding")
     assert counter.exact is False
     assert counter.count("x" * 400) == 100
+
+
+OPENAI_USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
+
+
+def test_usage_has_only_standard_fields_ceiling_in_a_header(standin: ServerThread) -> None:
+    """The usage object carries OpenAI's fields only; the prefix ceiling comes in x-standin-prefix-ceiling,
+    on plain and streamed replies alike."""
+    payload = body([{"role": "user", "content": "hi"}], catalog_tools(40))
+    first = httpx.post(standin.url + "/v1/chat/completions", json=payload)
+    again = httpx.post(standin.url + "/v1/chat/completions", json=payload)
+    assert set(first.json()["usage"]) == set(again.json()["usage"]) == OPENAI_USAGE_KEYS
+    assert first.headers["x-standin-prefix-ceiling"] == "0"
+    assert int(again.headers["x-standin-prefix-ceiling"]) == again.json()["usage"]["prompt_tokens"]
+    streamed = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", standin.url + "/v1/chat/completions", json=streamed) as r:
+        events = [orjson.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert int(r.headers["x-standin-prefix-ceiling"]) == again.json()["usage"]["prompt_tokens"]
+    assert set(events[-1]["usage"]) == OPENAI_USAGE_KEYS
+
+
+def test_embeddings_base64_like_openai(standin: ServerThread) -> None:
+    """encoding_format base64: the same vector as the float list, as little-endian float32 in base64;
+    the openai SDK (which asks for base64 by default) decodes it to the same floats."""
+    import base64
+    import struct
+
+    from openai import OpenAI
+
+    url = standin.url + "/v1/embeddings"
+    floats = httpx.post(url, json={"model": "e", "input": ["a tool", "another"]}).json()["data"]
+    encoded = httpx.post(url, json={"model": "e", "input": ["a tool", "another"], "encoding_format": "base64"}).json()
+    for plain, packed in zip(floats, encoded["data"], strict=True):
+        raw = base64.b64decode(packed["embedding"])
+        assert list(struct.unpack(f"<{len(raw) // 4}f", raw)) == plain["embedding"]
+    sdk = OpenAI(base_url=standin.url + "/v1", api_key="unused").embeddings.create(model="e", input=["a tool"])
+    assert sdk.data[0].embedding == floats[0]["embedding"]

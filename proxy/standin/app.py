@@ -3,14 +3,19 @@
 It answers deterministically (see `script`), streams exactly like OpenAI (role delta,
 content deltas, tool_call deltas by index with id and name first, finish_reason, a usage
 chunk when `stream_options.include_usage` is set), reports the tool block it was handed in
-`x-standin-tools`, and simulates provider prefix caching (see `caching`).
+`x-standin-tools`, and simulates provider prefix caching (see `caching`). Its usage objects carry
+only OpenAI's fields (and Anthropic's cache fields under its rules); what a perfect cache would
+have served goes in `x-standin-prefix-ceiling`, streamed or not. Embeddings come as floats or,
+with `encoding_format: "base64"`, as OpenAI sends them: little-endian float32, base64.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
+import struct
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -42,11 +47,13 @@ class StandIn:
         self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # recent chat bodies, for tests
         self.embedding_inputs = 0  # texts embedded so far, for tests
 
-    def usage(self, body: dict[str, Any], script: Script, raw: bytes) -> dict[str, Any]:
+    def usage(self, body: dict[str, Any], script: Script, raw: bytes) -> tuple[dict[str, Any], int | None]:
+        """The usage object, and the prefix ceiling: the tokens a perfect cache would have served
+        (None without cache simulation)."""
         if self.rules == "none":  # no cache simulation: a cheap estimate (for overhead benchmarks)
             prompt = len(raw) // 4
             return {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1,
-                    "prompt_tokens_details": {"cached_tokens": 0}}
+                    "prompt_tokens_details": {"cached_tokens": 0}}, None
         blocks = prompt_blocks(body)
         anthropic = self.rules == "anthropic" or (self.rules == "auto" and any(b.breakpoint for b in blocks))
         cache = self.cache.anthropic(blocks) if anthropic else self.cache.openai(blocks)
@@ -59,12 +66,10 @@ class StandIn:
             "total_tokens": cache.prompt_tokens + completion,
             "prompt_tokens_details": {"cached_tokens": cache.cached_tokens},
         }
-        # Not an OpenAI field: what a perfect cache would have served (benchmarks sum it like usage).
-        usage["standin_prefix_ceiling_tokens"] = ceiling
         if anthropic:
             usage["cache_read_input_tokens"] = cache.cached_tokens
             usage["cache_creation_input_tokens"] = cache.cache_write_tokens
-        return usage
+        return usage, ceiling
 
     def tool_report(self, body: dict[str, Any]) -> str:
         tools = body.get("tools") or []
@@ -87,13 +92,15 @@ class StandIn:
         if script.error_status:
             return _error(script.error_status, f"stand-in error {script.error_status}", "api_error")
         try:
-            usage = self.usage(body, script, raw)
+            usage, ceiling = self.usage(body, script, raw)
         except TooManyBreakpointsError as exc:
             return _error(400, str(exc), "invalid_request_error")
         report = self.tool_report(body)
         if log.isEnabledFor(logging.INFO):
             log.info("standin_request", extra={"tools": report, "usage": usage})
         headers = {"x-standin-tools": report}
+        if ceiling is not None:  # not a usage field: no provider reports it (benchmarks sum it per response)
+            headers["x-standin-prefix-ceiling"] = str(ceiling)
         cid = "chatcmpl-" + hashlib.blake2b(raw, digest_size=12).hexdigest()
         model = str(body.get("model") or "standin")
         if body.get("stream"):
@@ -126,7 +133,9 @@ class StandIn:
         self.embedding_inputs += len(body["input"]) if isinstance(body.get("input"), list) else 1
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
-        data = [{"object": "embedding", "index": i, "embedding": _pseudo_vector(t)} for i, t in enumerate(texts)]
+        encode = _base64_vector if body.get("encoding_format") == "base64" else None
+        data = [{"object": "embedding", "index": i, "embedding": encode(vector) if encode else vector}
+                for i, vector in enumerate(map(_pseudo_vector, texts))]
         tokens = sum(self.tokens.count(t) for t in texts)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return Response(orjson.dumps({"object": "list", "data": data, "model": body.get("model"), "usage": usage}),
@@ -136,6 +145,11 @@ class StandIn:
 def _pseudo_vector(text: str, dims: int = 16) -> list[float]:
     digest = hashlib.blake2b(text.encode(), digest_size=dims).digest()
     return [(b - 128) / 128 for b in digest]
+
+
+def _base64_vector(vector: list[float]) -> str:
+    """OpenAI's base64 encoding: the vector as little-endian float32, base64 (standard alphabet)."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
 
 
 def _error(status: int, message: str, type_: str) -> Response:
