@@ -14,7 +14,8 @@ from recorder import Recorder
 
 from proxy import jsontext
 
-REPLY = b'{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}'
+REPLY = (b'{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+         b'"content":"ok"},"finish_reason":"stop"}]}')
 FEATURES = {"tools": {"enabled": True}, "context": {"stable": True},
             "cache": {"prompt_cache_key": "auto", "breakpoints": "auto"}}
 
@@ -111,7 +112,7 @@ def test_content_parts_unknown_fields_and_unicode(keel_on: ServerThread, upstrea
     assert b'"name":"ann","x_message":true' in sent
     assert b'{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}}' in sent
     assert '"text":"héllo 😀 — 東京","x_part":{"z":1,"a":[3,2,1]}'.encode() in sent
-    assert list(orjson.loads(sent)) [:2] == ["model", "zz_top"], "top-level key order kept"
+    assert list(orjson.loads(sent))[:2] == ["model", "zz_top"], "top-level key order kept"
 
 
 def test_too_deep_body_is_forwarded_as_sent(keel_on: ServerThread, upstream: Any) -> None:
