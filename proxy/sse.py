@@ -1,12 +1,26 @@
-"""Server-sent events, incrementally: bytes in, whole events out (raw bytes and parsed data)."""
+"""Server-sent events, incrementally: bytes in, whole events out (raw bytes and parsed data).
+
+Linear in the stream's size: each chunk is scanned once for event boundaries and the
+unfinished tail is kept, so a 100 MB stream of small events costs what reading it costs.
+One event may not grow past `max_event_bytes` (an event that never ends is an error, not
+unbounded memory).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+class EventTooLargeError(ValueError):
+    """An event grew past the limit without ending."""
 
 
 @dataclass(frozen=True)
@@ -19,30 +33,51 @@ class Event:
         return self.data == b"[DONE]"
 
     def json(self) -> Any:
-        return orjson.loads(self.data) if self.data and not self.done else None
+        """The payload as JSON, or None when there is none or it is not JSON."""
+        if not self.data or self.done:
+            return None
+        try:
+            return orjson.loads(self.data)
+        except orjson.JSONDecodeError:
+            return None
 
 
 class EventParser:
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._pending: list[bytes] = []  # chunks of the unfinished event
+        self._pending_size = 0
+        self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> Iterator[Event]:
-        self._buffer += chunk
-        while True:
-            end, sep = self._boundary()
-            if end < 0:
+        if self._pending:
+            # A boundary can only start in the last three bytes of what is pending or in the new
+            # chunk: look there first, and join the pending chunks only once an event is complete.
+            tail = self._pending[-1][-3:]
+            if not _BOUNDARY.search(tail + chunk):
+                self._grow(chunk)
                 return
-            raw = self._buffer[: end + sep]
-            self._buffer = self._buffer[end + sep :]
+            self._pending.append(chunk)
+            buffer = b"".join(self._pending)
+            self._pending, self._pending_size = [], 0
+        else:
+            buffer = chunk
+        start = 0
+        for match in _BOUNDARY.finditer(buffer):
+            raw = buffer[start : match.end()]
+            start = match.end()
             yield Event(raw, _data(raw))
+        if start < len(buffer):
+            self._grow(buffer[start:])
+
+    def _grow(self, piece: bytes) -> None:
+        self._pending.append(piece)
+        self._pending_size += len(piece)
+        if self._pending_size > self._max:
+            raise EventTooLargeError(f"an event grew past {self._max} bytes without ending")
 
     def rest(self) -> bytes:
-        return self._buffer
-
-    def _boundary(self) -> tuple[int, int]:
-        candidates = [(self._buffer.find(s), len(s)) for s in (b"\n\n", b"\r\n\r\n")]
-        found = [(i, n) for i, n in candidates if i >= 0]
-        return min(found) if found else (-1, 0)
+        """What arrived after the last complete event (an event the stream never finished)."""
+        return b"".join(self._pending)
 
 
 def _data(raw: bytes) -> bytes | None:

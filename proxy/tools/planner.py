@@ -10,7 +10,6 @@ always-surfaced tools, never a failed turn.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
-from proxy.tools.ranking import Ranker, Ranking, standing_out
+from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 
 log = logging.getLogger("keel.tools")
@@ -39,7 +38,7 @@ class ToolPlan:
     surfaced: tuple[str, ...]
     deferred: tuple[str, ...]
     offered: int
-    outcome: str  # ranked | no_tool_needed | ranking_failed | segment
+    outcome: str  # ranked | ranking_fallback (lexical, the backend failed) | no_tool_needed | not_ranked | segment
     dispatch: bool = False  # later tools are called through call_tool; the block never changes
 
 
@@ -146,7 +145,7 @@ class ToolPlanner:
         plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome,
                         request.tenant.tools.dispatch)
         body = {**request.body, "tools": rendered, "messages": messages}
-        planned = request.with_body(body, responder=self.responder_for(plan, self.ranker_for(request.tenant)))
+        planned = request.with_body(body, responder=self.responder_for(plan, self.ranker(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
 
     async def _select(self, request: ChatRequest, catalog: Catalog, query: str,
@@ -161,7 +160,7 @@ class ToolPlanner:
                 width += select.low_confidence_extra
             width = standing_out(ranking.scores, width, select.cut_at_drop)
             selected = [catalog.entries[i].name for i in ranking.order[:width]]
-        elif ranking is not None:
+        elif ranking is not None and not ranking.fallback:
             outcome = "no_tool_needed"
         surfaced = sorted(pinned | set(selected))
         deferred = sorted(e.name for e in catalog.entries if e.name not in pinned and e.name not in selected)
@@ -266,6 +265,18 @@ class ToolPlanner:
         pinned |= catalog.smaller_than(cfg.defer.schema_chars)
         return pinned
 
+    def ranker(self, tenant: TenantConfig) -> Ranker:
+        """The tenant's ranker behind its deadline and lexical fallback (shared with the search answers)."""
+        inner = self.ranker_for(tenant)
+        if isinstance(inner, LexicalRanker):
+            return inner
+
+        def failed(exc: BaseException) -> None:
+            log.warning("tool_ranking_failed", extra={"tenant": tenant.id, "error": repr(exc)})
+            self.metrics.judgment_failures.labels(tenant.id, "tool_ranking").inc()
+
+        return GuardedRanker(inner, tenant.tools.select.timeout_ms / 1000, failed)
+
     async def _rank(self, request: ChatRequest, catalog: Catalog, query: str,
                     candidates: list[int]) -> tuple[Ranking | None, str]:
         select = request.tenant.tools.select
@@ -273,21 +284,14 @@ class ToolPlanner:
             return None, "not_ranked"
         started = time.perf_counter()
         try:
-            ranker = self.ranker_for(request.tenant)
-            ranking = await asyncio.wait_for(ranker.rank(query, catalog, candidates, select.shortlist),
-                                             select.timeout_ms / 1000)
-        except Exception as exc:  # timeout, backend error: only the always-surfaced tools this turn
-            log.warning("tool_ranking_failed", extra={"tenant": request.tenant.id, "error": repr(exc),
-                                                      "request_id": request.request_id})
-            self.metrics.judgment_failures.labels(request.tenant.id, "tool_ranking").inc()
-            return None, "ranking_failed"
+            ranking = await self.ranker(request.tenant).rank(query, catalog, candidates, select.shortlist)
         finally:
             self.metrics.judgment_seconds.labels(request.tenant.id, "tool_ranking").observe(
                 time.perf_counter() - started)
         cost = request.tenant.tools.judgment_cost(select.model, ranking.usage)
         if cost is not None:
             self.metrics.judgment_cost.labels(request.tenant.id, "tool_ranking").inc(cost)
-        return ranking, "ranked"
+        return ranking, "ranking_fallback" if ranking.fallback else "ranked"
 
     def _count(self, request: ChatRequest, catalog: Catalog, surfaced: list[str], deferred: list[str]) -> None:
         tenant = request.tenant.id

@@ -8,8 +8,9 @@ message, into the needs-tool probability.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from proxy.tools.catalog import Catalog
@@ -23,6 +24,7 @@ class Ranking:
     needs_tool: float  # P(the turn needs any tool), in [0, 1]
     confidence: float | None  # how clearly the shortlist stands out; None when unmeasurable
     usage: dict[str, int] | None = None  # tokens a model-backed ranking used (priced, never billed to the client)
+    fallback: bool = False  # the backend failed or overran its deadline: this is the lexical ranking
 
     @property
     def top_score(self) -> float:
@@ -69,3 +71,22 @@ class LexicalRanker:
         top = scores[0] if scores else 0.0
         return Ranking(tuple(i for _, i in scored), scores, needs_tool_probability(top, query),
                        confidence(scores, shortlist))
+
+
+class GuardedRanker:
+    """A ranking backend behind its deadline, falling back to BM25 when it fails or is late.
+
+    The one place a backend's failure is handled: the planner's preselection and Keel's own
+    `tool_search` answers both rank through it, so a dead embeddings or LLM endpoint costs
+    ranking quality, never a turn."""
+
+    def __init__(self, inner: Ranker, timeout: float, on_failure: Callable[[BaseException], None]) -> None:
+        self.inner, self.timeout, self.on_failure = inner, timeout, on_failure
+        self.lexical = LexicalRanker()
+
+    async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
+        try:
+            return await asyncio.wait_for(self.inner.rank(query, catalog, candidates, shortlist), self.timeout)
+        except Exception as exc:
+            self.on_failure(exc)
+            return replace(self.lexical.rank_now(query, catalog, candidates, shortlist), fallback=True)

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response, StreamingResponse
 
+from proxy import jsontext
 from proxy.accounting import CacheAccounting
 from proxy.config import ToolsConfig
 from proxy.conversations import Conversations
@@ -27,7 +28,7 @@ from proxy.ingress import ChatRequest, encode
 from proxy.metrics import Metrics
 from proxy.pipeline import Exchange
 from proxy.relay import Outcome, client_headers, relay
-from proxy.sse import Event, EventParser, encode_event
+from proxy.sse import Event, EventParser, EventTooLargeError, encode_event
 from proxy.stores import StoreError
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
@@ -134,6 +135,37 @@ def to_real_calls(message: Message, catalog: Any) -> tuple[Message, dict[str, An
     return {**message, "tool_calls": out}, dispatched
 
 
+class BrokenUpstreamError(ProxyError):
+    """The upstream's reply to a continued call is not a whole answer: say so, with its status."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+def well_formed_calls(calls: Any) -> bool:
+    """Tool calls Keel can answer or rewrite: a list of objects with a string id and a function
+    whose name and arguments are strings. Anything else is the upstream's own business."""
+    return isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("function"), dict)
+        and isinstance(c["function"].get("name"), str) and isinstance(c["function"].get("arguments", ""), str)
+        for c in calls)
+
+
+def chat_message(data: Any) -> Message | None:
+    """`choices[0].message` of a chat completion, or None when the body is not one."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    return message if isinstance(message, dict) else None
+
+
+def retry_after(response: UpstreamResponse) -> str:
+    value = header(response, "retry-after")
+    return f" (retry after {value} s)" if value else ""
+
+
 class ToolSearchResponder:
     def __init__(self, plan: ToolPlan, ranker: Ranker, conversations: Conversations, metrics: Metrics) -> None:
         self.plan = plan
@@ -147,14 +179,29 @@ class ToolSearchResponder:
 
     async def respond(self, request: ChatRequest, exchange: Exchange) -> Response:
         loop = self._loop(request)
-        first = await exchange.send(encode(loop.body))
-        if first.status != 200 or not header(first, "content-type").startswith(
-                ("application/json", "text/event-stream")):
+        first = await exchange.send(exchange.content or encode(loop.body))
+        kind = header(first, "content-type")
+        if first.status != 200 or not kind.startswith(("application/json", "text/event-stream")):
             return await relay(first, exchange.request_id, exchange.done, request.response_headers)
-        if header(first, "content-type").startswith("text/event-stream"):
+        if kind.startswith("text/event-stream"):
             headers = client_headers(first, exchange.request_id) | dict(request.response_headers)
-            return StreamingResponse(self._stream(request, exchange, loop, first), status_code=200, headers=headers)
-        return await self._whole(request, exchange, loop, first)
+            gauge = self.metrics.streams_open.labels(request.tenant.id)
+            gauge.inc()
+            return StreamingResponse(self._stream(request, exchange, loop, first, gauge), status_code=200,
+                                     headers=headers)
+        try:
+            return await self._whole(request, exchange, loop, first)
+        except ProxyError:
+            raise
+        except Exception as exc:  # a bug or an answer Keel misread: the client's own request instead
+            self._failed(request, exc)
+            await first.aclose()
+            return await relay(await exchange.send(exchange.client_raw), exchange.request_id, exchange.done)
+
+    def _failed(self, request: ChatRequest, exc: BaseException) -> None:
+        log.warning("responder_failed", exc_info=exc, extra={"tenant": request.tenant.id,
+                                                              "request_id": request.request_id})
+        self.metrics.planner_failures.labels(request.tenant.id, "tool_search_responder").inc()
 
     async def _store(self, request: ChatRequest, loop: Loop, visible: Message | None, after: list[Message],
                      shown: Message) -> None:
@@ -182,13 +229,19 @@ class ToolSearchResponder:
         while True:
             raw = await upstream.read()
             try:
-                data = orjson.loads(raw)
-                message = data["choices"][0]["message"]
-            except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-                exchange.done(Outcome(upstream.status, len(raw)))
-                return Response(raw, status_code=upstream.status, headers=headers)
+                data = jsontext.loads(raw)
+            except ValueError:
+                data = None
+            message = chat_message(data)
+            calls = message.get("tool_calls") if message is not None else None
+            if message is None or (calls is not None and not well_formed_calls(calls)):
+                if loop.rounds:  # a continued call's odd answer is still the model's answer: relay it
+                    exchange.done(Outcome(upstream.status, len(raw)))
+                    return Response(raw, status_code=upstream.status, headers=headers)
+                raise ValueError("the upstream's answer is not a chat completion Keel can read")
+            assert isinstance(data, dict)
             usage = add_usage(usage, data.get("usage"))
-            calls = message.get("tool_calls") or []
+            calls = calls or []
             searches = [c for c in calls if is_search(c)]
             if not searches:
                 if loop.rounds == 0 and not any(is_generic(c) for c in calls):  # the upstream's bytes as they were
@@ -217,59 +270,91 @@ class ToolSearchResponder:
         headers.update(CacheAccounting(self.metrics, request).record(usage))
         await self._store(request, loop, visible, after, message)
         await self._dispatched(request, dispatched)
-        body = orjson.dumps(data)
+        body = jsontext.dumps(data)
         exchange.done(Outcome(200, len(body)))
         return Response(body, status_code=200, headers=headers)
 
-    async def _stream(self, request: ChatRequest, exchange: Exchange, loop: Loop,
-                      upstream: UpstreamResponse) -> AsyncIterator[bytes]:
+    async def _continued(self, exchange: Exchange, loop: Loop) -> UpstreamResponse:
+        """The next upstream call of the turn; anything but a 200 event stream is reported as broken."""
+        upstream = await exchange.send(encode(loop.body))
+        if upstream.status != 200:
+            await upstream.aclose()
+            raise BrokenUpstreamError(f"upstream answered {upstream.status} to a continued call{retry_after(upstream)}")
+        if not header(upstream, "content-type").startswith("text/event-stream"):
+            await upstream.aclose()
+            raise BrokenUpstreamError("upstream answered a continued call with a body that is not an event stream")
+        return upstream
+
+    async def _stream(self, request: ChatRequest, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
+                      gauge: Any) -> AsyncIterator[bytes]:
         outcome = Outcome(200, streamed=True)
         state = StreamState(catalog=self.plan.catalog if self.plan.dispatch else None)
         stored = False
+        options = request.body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         try:
-            while True:
-                async for out in state.relay_round(upstream):
+            try:
+                while True:
+                    async for out in state.relay_round(upstream):
+                        outcome.bytes_out += len(out)
+                        yield out
+                    if state.error:
+                        return
+                    if not state.finished:
+                        raise BrokenUpstreamError("the upstream's event stream ended before the answer did")
+                    for out in state.real_calls():
+                        outcome.bytes_out += len(out)
+                        yield out
+                    await self._dispatched(request, state.take_dispatched())
+                    searches = [c for c in state.calls if is_search(c)]
+                    if not searches:
+                        break
+                    self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
+                    results = await loop.answer(searches, self.ranker)
+                    assistant = state.assistant_message()
+                    if state.own_calls or not loop.can_continue():
+                        await self._store(request, loop, assistant, results, state.shown_message())
+                        stored = True
+                        state.finish = "tool_calls" if state.own_calls else "stop"
+                        break
+                    loop.continue_with(assistant, results)
+                    await upstream.aclose()
+                    upstream = await self._continued(exchange, loop)
+                    state.next_round()
+                if loop.rounds and not stored:
+                    await self._store(request, loop, state.assistant_message(), [], state.shown_message())
+                CacheAccounting(self.metrics, request).record(state.usage)
+                for out in state.closing(include_usage):
                     outcome.bytes_out += len(out)
                     yield out
-                if state.error:
-                    return
-                for out in state.real_calls():
-                    outcome.bytes_out += len(out)
-                    yield out
-                await self._dispatched(request, state.take_dispatched())
-                searches = [c for c in state.calls if is_search(c)]
-                if not searches:
-                    break
-                self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
-                results = await loop.answer(searches, self.ranker)
-                assistant = state.assistant_message()
-                if state.own_calls or not loop.can_continue():
-                    await self._store(request, loop, assistant, results, state.shown_message())
-                    stored = True
-                    state.finish = "tool_calls" if state.own_calls else "stop"
-                    break
-                loop.continue_with(assistant, results)
-                upstream = await exchange.send(encode(loop.body))
+            except ProxyError:
+                raise
+            except Exception as exc:  # a bug or an event Keel misread
+                self._failed(request, exc)
+                if outcome.bytes_out:
+                    raise ProxyError("Keel could not continue this stream", code="stream_failed") from exc
+                await upstream.aclose()  # nothing sent yet: the client's own request, streamed as it comes
+                upstream = await exchange.send(exchange.client_raw)
                 if upstream.status != 200:
-                    raise ProxyError(f"upstream answered {upstream.status} to a continued call", code="upstream_error")
-                state.next_round()
-            if loop.rounds and not stored:
-                await self._store(request, loop, state.assistant_message(), [], state.shown_message())
-            CacheAccounting(self.metrics, request).record(state.usage)
-            for out in state.closing(bool((request.body.get("stream_options") or {}).get("include_usage"))):
-                outcome.bytes_out += len(out)
-                yield out
+                    raise BrokenUpstreamError(f"upstream answered {upstream.status}{retry_after(upstream)}") from exc
+                async for chunk in upstream.iter_raw():
+                    outcome.bytes_out += len(chunk)
+                    yield chunk
         except ProxyError as exc:
             outcome.error = exc.code
             yield b"data: " + error_body(exc.message, exc.type, exc.code) + b"\n\n"
         finally:
+            gauge.dec()
             await upstream.aclose()
             exchange.done(outcome)
 
 
 @dataclass
 class StreamState:
-    """Rewrites one client stream out of one or more upstream streams."""
+    """Rewrites one client stream out of one or more upstream streams.
+
+    An event Keel cannot read (not JSON, `choices` or `delta` of another type) passes through
+    as it came; only well-formed tool-call deltas are interpreted."""
 
     round: int = 0
     first_id: str | None = None
@@ -278,10 +363,12 @@ class StreamState:
     client_index: int = 0
     index_map: dict[int, int] = field(default_factory=dict)
     calls_by_index: dict[int, Message] = field(default_factory=dict)
+    arguments: dict[int, list[str]] = field(default_factory=dict)  # per call index: argument pieces, joined once
     own_calls: list[Message] = field(default_factory=list)  # every client call forwarded, all rounds
-    content: str = ""  # this round's text
-    shown_content: str = ""  # all rounds' text, as the client saw it
+    content: list[str] = field(default_factory=list)  # this round's text pieces
+    shown_content: list[str] = field(default_factory=list)  # all rounds' text, as the client saw it
     finish: str | None = None
+    finished: bool = False  # this round's upstream stream said it was done (a finish_reason)
     usage: Any = None
     held: list[bytes] = field(default_factory=list)  # round-0 closing events, replayed if nothing changed
     error: bool = False
@@ -313,21 +400,28 @@ class StreamState:
 
     @property
     def calls(self) -> list[Message]:
+        """This round's calls, with their arguments assembled."""
+        for index, pieces in self.arguments.items():
+            self.calls_by_index[index]["function"]["arguments"] = "".join(pieces)
         return [self.calls_by_index[i] for i in sorted(self.calls_by_index)]
 
     def next_round(self) -> None:
         self.round += 1
-        self.index_map, self.calls_by_index, self.content, self.held = {}, {}, "", []
+        self.index_map, self.calls_by_index, self.arguments, self.content, self.held = {}, {}, {}, [], []
+        self.finished = False
 
     async def relay_round(self, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
         parser = EventParser()
-        async for chunk in upstream.iter_raw():
-            for event in parser.feed(chunk):
-                out = self._event(event)
-                if out:
-                    yield out
-                if self.error:
-                    return
+        try:
+            async for chunk in upstream.iter_raw():
+                for event in parser.feed(chunk):
+                    out = self._event(event)
+                    if out:
+                        yield out
+                    if self.error:
+                        return
+        except EventTooLargeError as exc:
+            raise BrokenUpstreamError(str(exc)) from None
 
     def _event(self, event: Event) -> bytes | None:
         if event.data is None:
@@ -336,33 +430,40 @@ class StreamState:
             self.held.append(event.raw)
             return None
         data = event.json()
-        if not isinstance(data, dict) or "error" in data:
+        if isinstance(data, dict) and "error" in data:
             self.error = True
             return event.raw
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            return event.raw  # not a chunk Keel can read: as it came
         if self.first_id is None:
             self.first_id, self.created, self.model = data.get("id"), data.get("created", 0), data.get("model", "")
         changed = self.round > 0
-        if data.get("usage"):
+        if isinstance(data.get("usage"), dict):
             self.usage = add_usage(self.usage, data["usage"])
-        choices = data.get("choices") or []
         if not choices:
             self.held.append(event.raw)
             return None
         choice = dict(choices[0])
-        delta = dict(choice.get("delta") or {})
-        if delta.get("tool_calls"):
-            kept = self._tool_deltas(delta["tool_calls"])
-            changed = changed or kept != delta["tool_calls"]
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            return event.raw
+        delta = dict(delta)
+        deltas = delta.get("tool_calls")
+        if deltas:
+            kept = self._tool_deltas(deltas) if isinstance(deltas, list) else deltas
+            changed = changed or kept != deltas
             if kept:
                 delta["tool_calls"] = kept
             else:
                 delta.pop("tool_calls")
         text = delta.get("content")
         if isinstance(text, str):
-            self.content += text
-            self.shown_content += text
+            self.content.append(text)
+            self.shown_content.append(text)
         if choice.get("finish_reason"):
-            self.finish = choice["finish_reason"]
+            self.finish = str(choice["finish_reason"])
+            self.finished = True
             self.held.append(event.raw)
             if not delta.get("content") and not delta.get("tool_calls"):
                 return None
@@ -381,17 +482,30 @@ class StreamState:
     def _tool_deltas(self, deltas: list[Any]) -> list[Any]:
         kept = []
         for delta in deltas:
+            if not isinstance(delta, dict):
+                kept.append(delta)
+                continue
             index = delta.get("index", 0)
-            fn = delta.get("function") or {}
+            index = index if isinstance(index, int) else 0
+            fn = delta.get("function")
+            fn = fn if isinstance(fn, dict) else {}
             call = self.calls_by_index.get(index)
             if call is None:
-                call = {"id": delta.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": ""}}
+                name = fn.get("name")
+                given = delta.get("id")  # a call without an id still needs one for its result
+                call = {"id": given if isinstance(given, str) else f"call_keel_{self.round}_{index}", "type": "function",
+                        "function": {"name": name if isinstance(name, str) else None, "arguments": ""}}
                 self.calls_by_index[index] = call
+                self.arguments[index] = []
                 if not self.withheld(call):
                     self.index_map[index] = self.client_index
                     self.client_index += 1
                     self.own_calls.append(call)
-            call["function"]["arguments"] += fn.get("arguments") or ""
+            piece = fn.get("arguments")
+            if isinstance(piece, str):
+                self.arguments[index].append(piece)
+            elif piece is not None:
+                self.arguments[index].append(jsontext.dumps(piece).decode())
             if self.withheld(call):
                 continue
             mapped = self.index_map[index]
@@ -400,14 +514,16 @@ class StreamState:
 
     def assistant_message(self) -> Message:
         """This round's assistant message as the provider produced it."""
-        message: Message = {"role": "assistant", "content": self.content or None}
-        if self.calls:
-            message["tool_calls"] = self.calls
+        message: Message = {"role": "assistant", "content": "".join(self.content) or None}
+        calls = self.calls
+        if calls:
+            message["tool_calls"] = calls
         return message
 
     def shown_message(self) -> Message:
         """The assistant message as the client assembled it from the stream."""
-        message: Message = {"role": "assistant", "content": self.shown_content or None}
+        self.calls  # noqa: B018 -- assemble the arguments of the calls the client saw
+        message: Message = {"role": "assistant", "content": "".join(self.shown_content) or None}
         if self.own_calls:
             message["tool_calls"] = self.own_calls
         return message
