@@ -1,8 +1,9 @@
 """Relaying: headers in both directions and the upstream's body back to the client.
 
 The body goes back exactly as the upstream sent it (still content-encoded): read whole for
-JSON, passed on chunk by chunk as it arrives for event streams and binary bodies. A stream
-that breaks after its headers were sent ends with one SSE error event, never a hang.
+JSON up to `INSPECT_LIMIT` (so its usage can be accounted and headers set), passed on chunk
+by chunk as it arrives for event streams, binary bodies and larger JSON. A stream that
+breaks after its headers were sent ends with one SSE error event, never a hang.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.relay")
+INSPECT_LIMIT = 4 * 1024 * 1024  # bytes of a JSON reply Keel holds to read it; beyond, it streams through unread
 
 HOP_BY_HOP = frozenset(
     {
@@ -77,26 +79,57 @@ async def relay(
     if extra_headers:
         headers.update(extra_headers)
     outcome = Outcome(status=response.status)
+    prefix, rest = b"", None
     if not _streams(response):
-        body = await response.read()
-        outcome.bytes_out = len(body)
-        if accounting is not None and response.status == 200:
-            headers.update(accounting.from_body(body))
-        on_done(outcome)
-        return Response(body, status_code=response.status, headers=headers)
+        prefix, rest = await read_limited(response, INSPECT_LIMIT)
+        if rest is None:
+            outcome.bytes_out = len(prefix)
+            if accounting is not None and response.status == 200:
+                headers.update(accounting.from_body(prefix))
+            on_done(outcome)
+            return Response(prefix, status_code=response.status, headers=headers)
     outcome.streamed = True
     is_sse = header(response, "content-type").startswith("text/event-stream")
     watch = accounting if is_sse and response.status == 200 else None
-    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch), status_code=response.status,
-                             headers=headers)
+    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest),
+                             status_code=response.status, headers=headers)
+
+
+def relay_rest(response: UpstreamResponse, prefix: bytes, rest: AsyncIterator[bytes], headers: Mapping[str, str],
+               on_done: Callable[[Outcome], None]) -> Response:
+    """A body already partly read (`read_limited` ran out of room): the part, then the rest as it comes."""
+    outcome = Outcome(status=response.status, streamed=True)
+    return StreamingResponse(_stream(response, outcome, on_done, False, None, prefix, rest),
+                             status_code=response.status, headers=headers)
+
+
+async def read_limited(response: UpstreamResponse, limit: int) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """The whole body when it fits in `limit` (and None); else what was read, and the rest to stream."""
+    chunks: list[bytes] = []
+    size = 0
+    body = response.iter_raw()
+    try:
+        async for chunk in body:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return b"".join(chunks), body
+    except BaseException:
+        await response.aclose()
+        raise
+    await response.aclose()
+    return b"".join(chunks), None
 
 
 async def _stream(
     response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool,
-    accounting: CacheAccounting | None = None,
+    accounting: CacheAccounting | None = None, prefix: bytes = b"", rest: AsyncIterator[bytes] | None = None,
 ) -> AsyncIterator[bytes]:
     try:
-        async for chunk in response.iter_raw():
+        if prefix:  # what was read before the body turned out too large to hold
+            outcome.bytes_out += len(prefix)
+            yield prefix
+        async for chunk in rest if rest is not None else response.iter_raw():
             outcome.bytes_out += len(chunk)
             if accounting is not None:
                 accounting.watch(chunk)

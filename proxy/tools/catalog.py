@@ -8,6 +8,7 @@ that tool only, never re-tokenizes the rest.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import re
 import threading
@@ -137,17 +138,31 @@ def build_catalog(key: str, tools: Sequence[dict[str, Any]],
 
 
 class CatalogCache:
-    """Catalogs by content hash (LRU), and per-schema derived data (entries, index terms, token
-    counts) by the schema's bytes, so a catalog that changes by one tool re-derives one tool."""
+    """Catalogs by content hash (LRU, bounded by count and by estimated bytes), and per-schema
+    derived data (entries, index terms, token counts) by the schema's bytes, so a catalog that
+    changes by one tool re-derives one tool. A large new catalog is built on a worker thread
+    (`get_async`), so the event loop keeps serving other requests meanwhile."""
 
-    def __init__(self, tokens: TokenCounter, size: int = 64, tool_size: int = 10_000) -> None:
+    BYTES_PER_SCHEMA_BYTE = 4  # entry, index terms and postings, measured roughly against RSS
+    OFF_LOOP_TOOLS = 300  # catalogs with more tools are hashed and built off the event loop
+
+    def __init__(self, tokens: TokenCounter, size: int = 64, tool_size: int = 10_000,
+                 max_bytes: int = 128 * 1024 * 1024) -> None:
         self.tokens = tokens
         self._size = size
         self._tool_size = tool_size
-        self._catalogs: OrderedDict[str, Catalog] = OrderedDict()
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._catalogs: OrderedDict[str, tuple[Catalog, int]] = OrderedDict()
         self._entries: dict[bytes, ToolEntry] = {}
         self._token_counts: dict[bytes, int] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # token counting
+        self._catalogs_lock = threading.Lock()
+
+    async def get_async(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
+        if len(tools) > self.OFF_LOOP_TOOLS:
+            return await asyncio.to_thread(self.get, tools)
+        return self.get(tools)
 
     def get(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
         """The catalog of this tools array; None when it is not a list of function tools (checked
@@ -155,18 +170,23 @@ class CatalogCache:
         # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
         # several times faster than sha256 (re-serializing the array costs more than hashing it).
         key = blake3(jsontext.dumps(tools)).hexdigest()
-        catalog = self._catalogs.get(key)
-        if catalog is not None:
-            self._catalogs.move_to_end(key)
-            return catalog
+        with self._catalogs_lock:
+            found = self._catalogs.get(key)
+            if found is not None:
+                self._catalogs.move_to_end(key)
+                return found[0]
         if not valid_tools(tools):
             return None
         if len(self._entries) > self._tool_size:  # bounded: start over rather than grow without end
             self._entries = {}
         catalog = build_catalog(key, tools, self._entries)
-        self._catalogs[key] = catalog
-        if len(self._catalogs) > self._size:
-            self._catalogs.popitem(last=False)
+        size = sum(e.chars for e in catalog.entries) * self.BYTES_PER_SCHEMA_BYTE
+        with self._catalogs_lock:
+            self._catalogs[key] = (catalog, size)
+            self._bytes += size
+            while len(self._catalogs) > 1 and (len(self._catalogs) > self._size or self._bytes > self._max_bytes):
+                _, (_, dropped) = self._catalogs.popitem(last=False)
+                self._bytes -= dropped
         threading.Thread(target=self._count_tokens, args=(catalog,), daemon=True).start()
         return catalog
 

@@ -99,7 +99,7 @@ class ToolPlanner:
         tools = request.body.get("tools")
         if not cfg.defer.enabled or not isinstance(tools, list) or len(tools) < cfg.defer.min_tools:
             return request
-        catalog = self.catalogs.get(tools)
+        catalog = await self.catalogs.get_async(tools)
         if catalog is None or SEARCH_TOOL in catalog.by_name:
             return request  # not function tools, or the client has its own tool_search: leave them alone
         records = request.location.records if request.location else ()

@@ -27,7 +27,7 @@ from proxy.hidden import HiddenExchange, fingerprint
 from proxy.ingress import ChatRequest, encode
 from proxy.metrics import Metrics
 from proxy.pipeline import Exchange
-from proxy.relay import Outcome, client_headers, relay
+from proxy.relay import INSPECT_LIMIT, Outcome, client_headers, read_limited, relay, relay_rest
 from proxy.sse import Event, EventParser, EventTooLargeError, encode_event
 from proxy.stores import StoreError
 from proxy.tools.planner import ToolPlan
@@ -227,7 +227,9 @@ class ToolSearchResponder:
         visible: Message | None = None
         headers = client_headers(upstream, exchange.request_id) | dict(request.response_headers)
         while True:
-            raw = await upstream.read()
+            raw, rest = await read_limited(upstream, INSPECT_LIMIT)
+            if rest is not None:  # too large to be a search round: the upstream's answer as it comes
+                return relay_rest(upstream, raw, rest, headers, exchange.done)
             try:
                 data = jsontext.loads(raw)
             except ValueError:
