@@ -36,7 +36,7 @@ def gate_table() -> None:
     misses = []
     for row in rows:
         context = [{"role": "assistant", "content": row["context"]}] if row.get("context") else []
-        said_yes = gate.judge(row["text"], context, (), {}).probability >= 0.5
+        said_yes = gate.judge_now(row["text"], context, (), {}).probability >= 0.5
         for group in ("all", row["lang"], row["kind"]):
             cell = by[group]
             cell[0 if row["label"] and said_yes else 1 if row["label"] else 2 if said_yes else 3] += 1

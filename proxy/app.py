@@ -31,10 +31,11 @@ from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError
 from proxy.ingress import Authenticator, Caller, ChatRequest, parse_chat, request_id
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
+from proxy.memory.gate import MemoryGate
 from proxy.memory.jobs import MemoryJobs
 from proxy.memory.worker import MemoryPlanner, MemoryWorker
 from proxy.metrics import Metrics
-from proxy.pipeline import Exchange, Pipeline, Planner
+from proxy.pipeline import STAGE_DEADLINE, Exchange, Pipeline, Planner
 from proxy.relay import Outcome, relay, upstream_headers
 from proxy.stores import Store, open_store
 from proxy.stores.guard import Breaker, GuardedStore
@@ -42,6 +43,7 @@ from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlanner
 from proxy.tools.rankers import Rankers
+from proxy.tools.ranking import Ranker
 from proxy.tools.responder import ToolSearchResponder
 from proxy.upstream import Upstream, UpstreamResponse, create_upstream
 
@@ -77,7 +79,10 @@ class Keel:
         config: KeelConfig,
         store: Store,
         upstream: Upstream,
-        planners: Sequence[Planner] | None = None,
+        planners: Sequence[Planner] | Callable[[list[Planner]], Sequence[Planner]] | None = None,
+        ranker: Ranker | None = None,
+        memory_gate: MemoryGate | None = None,
+        stage_deadline: float = STAGE_DEADLINE,
     ) -> None:
         self.config = config
         self.upstream = upstream
@@ -92,18 +97,25 @@ class Keel:
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.memory_jobs = MemoryJobs(background)
-        self.memory_worker = MemoryWorker(config, self.memory_book, self.memory_jobs, upstream, self.metrics)
-        self.pipeline = Pipeline(self.default_planners() if planners is None else planners, self.metrics,
-                                 self.conversations, store_healthy=lambda: self.store.healthy)
+        self.memory_worker = MemoryWorker(config, self.memory_book, self.memory_jobs, upstream, self.metrics,
+                                          memory_gate)
+        self.ranker = ranker
+        stages = self.default_planners() if planners is None or callable(planners) else list(planners)
+        if callable(planners):
+            stages = list(planners(stages))
+        self.pipeline = Pipeline(stages, self.metrics, self.conversations, store_healthy=lambda: self.store.healthy,
+                                 deadline=stage_deadline)
         self._metrics_digests = config.server.metrics_digests()
 
     def default_planners(self) -> list[Planner]:
         """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""
         rankers = Rankers(self.upstream, self.store)
         for tenant in self.config.tenants:
-            if tenant.tools.enabled:
+            if tenant.tools.enabled and self.ranker is None:
                 rankers.for_tenant(tenant)  # load models at start, not on a request
-        tools = ToolPlanner(CatalogCache(self.tokens), rankers.for_tenant, self.metrics,
+        injected = self.ranker
+        ranker_for = rankers.for_tenant if injected is None else lambda tenant: injected
+        tools = ToolPlanner(CatalogCache(self.tokens), ranker_for, self.metrics,
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics),
                             self.store, self.config.store.conversation_ttl_seconds)
         # Tools first (it splices hidden exchanges by the client's indexes), then the memory job,
@@ -189,7 +201,7 @@ class Keel:
             if content is None:  # a body Keel could not write back: the client's own
                 planned, content = parsed, raw
             if planned.responder is not None:
-                return await planned.responder.respond(planned, Exchange(send, rid, done, content, raw))
+                return await self.respond(planned, Exchange(send, rid, done, content, raw))
             response = await send(content)
             account = CacheAccounting(self.metrics, planned) if planned.location is not None else None
             return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account)
@@ -218,6 +230,21 @@ class Keel:
         if isinstance(relayed, StreamingResponse):
             gauge.inc()  # the body generator (and with it `finish`) starts only after we return
         return relayed
+
+    async def respond(self, planned: ChatRequest, exchange: Exchange) -> Response:
+        """A planner's responder, guarded like every stage: one that fails before it has answered
+        leaves the turn to the client's own request, relayed as usual."""
+        assert planned.responder is not None
+        try:
+            return await planned.responder.respond(planned, exchange)
+        except ProxyError:
+            raise
+        except Exception as exc:
+            log.warning("responder_failed", exc_info=exc, extra={"tenant": planned.tenant.id,
+                                                                  "request_id": planned.request_id})
+            self.metrics.planner_failures.labels(planned.tenant.id, "responder").inc()
+            response = await exchange.send(exchange.client_raw)
+            return await self.relay_counted(response, exchange.request_id, exchange.done, planned.tenant.id)
 
     @staticmethod
     async def _encode(planned: ChatRequest, parsed: ChatRequest) -> bytes:
@@ -257,13 +284,18 @@ def create_app(
     *,
     store: Store | None = None,
     upstream: Upstream | None = None,
-    planners: Sequence[Planner] | None = None,
+    planners: Sequence[Planner] | Callable[[list[Planner]], Sequence[Planner]] | None = None,
+    ranker: Ranker | None = None,
+    memory_gate: MemoryGate | None = None,
+    stage_deadline: float = STAGE_DEADLINE,
 ) -> FastAPI:
+    """Every seam can be replaced: the store, the upstream client, the planner list (or a
+    function of the default list), the tool ranker and the memory gate for every tenant."""
     keel = Keel(
         config,
         store if store is not None else open_store(config.store.url),
         upstream if upstream is not None else create_upstream(config.server),
-        planners,
+        planners, ranker, memory_gate, stage_deadline,
     )
 
     @asynccontextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,15 +37,15 @@ OFFER = {"role": "assistant", "content": "You use Neovim. Should I remember your
 ])
 def test_gate_judges_the_newest_message(text: str, context: list[dict[str, Any]], expected: bool) -> None:
     """Explicit requests (also after an offer, in several languages) pass; stated facts do not."""
-    assert (LexicalMemoryGate().judge(text, context, (), {}).probability >= 0.5) is expected
+    assert (LexicalMemoryGate().judge_now(text, context, (), {}).probability >= 0.5) is expected
 
 
 def test_category_only_with_valid_keys_and_update_phrasing() -> None:
     gate = LexicalMemoryGate()
-    assert gate.judge("remember my editor is vim", [], (), {}).category is None
-    assert gate.judge("remember my editor is vim", [], ("editor", "language"), {}).category == "editor"
-    assert gate.judge("please remember I like tea", [], ("editor",), {}).category is None  # nothing fits: dropped
-    assert gate.judge("actually I moved to Osaka, update my location", [], (), {"location": "Kyoto"}).updates
+    assert gate.judge_now("remember my editor is vim", [], (), {}).category is None
+    assert gate.judge_now("remember my editor is vim", [], ("editor", "language"), {}).category == "editor"
+    assert gate.judge_now("please remember I like tea", [], ("editor",), {}).category is None  # nothing fits: dropped
+    assert gate.judge_now("actually I moved to Osaka, update my location", [], (), {"location": "Kyoto"}).updates
 
 
 def test_defaults_filled_at_load() -> None:
@@ -134,14 +135,12 @@ def test_regeneration_is_not_judged_again(standin: ServerThread, start_keel: Cal
 
 def test_gate_failure_runs_the_memory_model(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     """A gate that fails (here: times out) resolves to running the memory model as usual."""
-    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate={"timeout_ms": 1})))
-
     class SlowGate:
-        def judge(self, *args: Any) -> Any:
-            time.sleep(0.2)
+        async def judge(self, *args: Any) -> Any:
+            await asyncio.sleep(0.2)
             raise AssertionError("never reached in time")
 
-    keel.app.state.keel.memory_worker.gate = SlowGate()
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate={"timeout_ms": 1})), memory_gate=SlowGate())
     httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "di"},
                json={"model": "m", "messages": [{"role": "user", "content": "thanks"}]})
     assert wait_for(lambda: memory_calls(standin) == 1)
@@ -253,13 +252,12 @@ def test_gate_errors_run_the_memory_model(standin: ServerThread, start_keel: Cal
                                           failure: str) -> None:
     """A gate that errors or answers neither yes nor no resolves to running the memory model."""
     gate: dict[str, Any] = {"backend": "llm"} if failure == "unparseable" else {}
-    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate=gate)))
-    if failure == "error":
-        class BrokenGate:
-            def judge(self, *args: Any) -> Any:
-                raise RuntimeError("gate backend down")
+    class BrokenGate:
+        async def judge(self, *args: Any) -> Any:
+            raise RuntimeError("gate backend down")
 
-        keel.app.state.keel.memory_worker.gate = BrokenGate()
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate=gate)),
+                      memory_gate=BrokenGate() if failure == "error" else None)
     text = "thanks [[judge garbage]]" if failure == "unparseable" else "thanks"
     httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "gi"},
                json={"model": "m", "messages": [{"role": "user", "content": text}]})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.messages import message_text
 
@@ -70,6 +70,13 @@ class GateResult:
     updates: bool = False  # the request changes an existing entry
 
 
+class MemoryGate(Protocol):
+    """One judgment: does the newest user message ask to remember, update or forget something?"""
+
+    async def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+                    memory: dict[str, str]) -> GateResult: ...
+
+
 def newest_window(messages: Sequence[dict[str, Any]], context_messages: int) -> tuple[str, list[dict[str, Any]]]:
     """The newest user message's text and the few messages before it (context only)."""
     for i in range(len(messages) - 1, -1, -1):
@@ -81,7 +88,11 @@ def newest_window(messages: Sequence[dict[str, Any]], context_messages: int) -> 
 class LexicalMemoryGate:
     """No network, no model: patterns over the newest message, with its context for confirmations."""
 
-    def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+    async def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+                    memory: dict[str, str]) -> GateResult:
+        return self.judge_now(text, context, valid_keys, memory)
+
+    def judge_now(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
               memory: dict[str, str]) -> GateResult:
         if not text.strip() or _QUESTION_ABOUT.search(text):
             return GateResult(0.02)

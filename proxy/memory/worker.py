@@ -16,7 +16,7 @@ from proxy.config import KeelConfig, TenantConfig
 from proxy.conversations import TurnKind
 from proxy.ingress import ChatRequest
 from proxy.memory.book import MemoryBook
-from proxy.memory.gate import GateResult, LexicalMemoryGate, newest_window
+from proxy.memory.gate import GateResult, LexicalMemoryGate, MemoryGate, newest_window
 from proxy.memory.jobs import MemoryJobs
 from proxy.memory.llm_gate import LlmMemoryGate
 from proxy.memory.model import run_memory_model
@@ -56,12 +56,20 @@ class MemoryPlanner:
 
 class MemoryWorker:
     def __init__(self, config: KeelConfig, book: MemoryBook, jobs: MemoryJobs, upstream: Upstream,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, gate: MemoryGate | None = None) -> None:
         self.tenants = {t.id: t for t in config.tenants}
         self.book, self.jobs, self.upstream, self.metrics = book, jobs, upstream, metrics
-        self.gate = LexicalMemoryGate()
+        self.lexical = LexicalMemoryGate()
+        self.injected = gate  # a gate for every tenant (tests, embedding apps); else chosen by config
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    def gate_for(self, tenant: TenantConfig) -> MemoryGate:
+        if self.injected is not None:
+            return self.injected
+        if tenant.memory.gate.backend == "llm":
+            return LlmMemoryGate(self.upstream, tenant)
+        return self.lexical
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -109,16 +117,12 @@ class MemoryWorker:
         hint = None
         if cfg.gate.enabled:
             try:
-                if cfg.gate.backend == "llm":
-                    llm = LlmMemoryGate(self.upstream, tenant)
-                    judged: Any = llm.judge(text, context, cfg.valid_keys, memory)
-                else:
-                    judged = asyncio.to_thread(self.gate.judge, text, context, cfg.valid_keys, memory)
-                result = await asyncio.wait_for(judged, cfg.gate.timeout_ms / 1000)
+                gate = self.gate_for(tenant)
+                result = await asyncio.wait_for(gate.judge(text, context, cfg.valid_keys, memory),
+                                                cfg.gate.timeout_ms / 1000)
                 if not isinstance(result, GateResult) or not 0 <= result.probability <= 1:
                     raise ValueError(f"unparseable gate answer: {result!r}")
-                if cfg.gate.backend == "llm":
-                    self._price(tenant, "memory_gate", llm.usage)
+                self._price(tenant, "memory_gate", getattr(gate, "usage", None))
             except Exception as exc:  # timeout, error, unparseable: the memory model runs as usual
                 log.warning("memory_gate_failed", extra={"tenant": tenant.id, "error": repr(exc)})
                 self.metrics.memory_gate.labels(tenant.id, "failed").inc()
