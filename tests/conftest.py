@@ -139,3 +139,47 @@ async def redis_or_skip() -> Any:
         pytest.skip(f"Redis at {REDIS_URL} is unreachable (set CI to make this a failure)")
     await store._redis.flushdb()
     return store
+
+
+HELP_DESK = {
+    "archive_ticket": "Move a resolved ticket into long-term storage so it leaves the active views.",
+    "close_ticket": "Close an open support ticket with a resolution note for the customer.",
+    "create_ticket": "Open a new support ticket in the queue with a title, body and priority.",
+    "assign_ticket": "Assign a ticket in the support queue to an agent or a team.",
+    "list_tickets": "List tickets in the support queue, filtered by status, assignee or tag.",
+    "comment_on_ticket": "Add a public reply or an internal note to a ticket.",
+    "merge_tickets": "Merge duplicate tickets into one, keeping every comment.",
+    "tag_ticket": "Add or remove tags on a ticket for routing and reporting.",
+    "escalate_ticket": "Escalate a ticket to the on-call engineer with a severity level.",
+    "search_customers": "Find customer accounts by name, email address or company.",
+    "get_customer": "Read one customer's profile, plan and contact details.",
+    "update_customer": "Change a customer's contact details, plan or notes.",
+    "send_email": "Send an email message to a customer or a colleague.",
+    "send_sms": "Send a short text message to a phone number.",
+    "post_slack_message": "Post a message to a Slack channel or a direct conversation.",
+    "schedule_meeting": "Book a calendar meeting with attendees, a time and a video link.",
+    "list_calendar_events": "List upcoming calendar events for a person or a room.",
+    "create_invoice": "Create an invoice for a customer with line items and a due date.",
+    "refund_payment": "Refund all or part of a card payment to the customer.",
+    "get_order_status": "Look up where an order is: paid, packed, shipped or delivered.",
+    "track_shipment": "Track a parcel with the carrier's tracking number.",
+    "read_file": "Read a text file from the shared drive by its path.",
+    "write_file": "Write text to a file on the shared drive, replacing what was there.",
+    "search_docs": "Search the internal knowledge base articles by keywords.",
+    "create_doc": "Create a knowledge base article with a title and markdown body.",
+    "get_weather": "Current weather and the forecast for a city.",
+    "convert_currency": "Convert an amount between currencies at today's exchange rate.",
+    "translate_text": "Translate text between languages.",
+    "run_sql_query": "Run a read-only SQL query on the analytics database.",
+    "create_chart": "Draw a bar, line or pie chart from rows of numbers.",
+}
+
+
+def small_catalog() -> list[dict[str, Any]]:
+    """Thirty tools of a help desk, written by the project (the core suite needs no ../shared)."""
+    return [{"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": {
+            "id": {"type": "string", "description": f"what {name.replace('_', ' ')} acts on"},
+            "note": {"type": "string", "description": "free text for the record"}}, "required": ["id"]}}}
+        for name, description in HELP_DESK.items()]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from proxy.stores import StoreError
 from proxy.tools.catalog import Catalog
 from proxy.tools.ranking import Ranking
 
@@ -32,3 +34,25 @@ class FakeRanker:
         order = tuple(catalog.by_name[n] for n in self.best if n in catalog.by_name and catalog.by_name[n] in allowed)
         scores = tuple(self.scores[: len(order)]) if self.scores else tuple(10.0 - i for i in range(len(order)))
         return Ranking(order, scores, self.needs_tool, self.confidence)
+
+
+class FaultyStore:
+    """A Store whose every call raises `StoreError` (mode "raise") or never returns ("hang")."""
+
+    def __init__(self, inner: Any, mode: str) -> None:
+        self.inner, self.mode = inner, mode
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("close",):
+            return getattr(self.inner, name)
+
+        async def fault(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            if self.mode == "hang":
+                await asyncio.sleep(3600)
+            if name == "ping":
+                return False
+            raise StoreError(f"{name}: injected fault")
+
+        return fault
