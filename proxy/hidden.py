@@ -34,6 +34,7 @@ class HiddenExchange:
     after: list[Message]  # tool results for calls in `visible` that Keel answered
     found: list[str] = field(default_factory=list)  # tools the searches surfaced
     answer: str = ""  # fingerprint of the visible answer as the client received it
+    catalog: str = ""  # the key of the tool catalog the searches answered from
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,8 +54,9 @@ def _visible_answer(messages: Sequence[Message], user_index: int) -> int | None:
     return None
 
 
-def splice(messages: Sequence[Message], records: Sequence[TurnRecord]) -> list[Message]:
-    """The client's messages with every stored hidden exchange put back in its place."""
+def splice(messages: Sequence[Message], records: Sequence[TurnRecord], catalog: str = "") -> list[Message]:
+    """The client's messages with every stored hidden exchange put back in its place (only an
+    exchange answered from this request's tool catalog: another catalog's schemas never return)."""
     out = list(messages)
     for record in sorted(records, key=lambda r: r.position, reverse=True):
         if not record.hidden_exchanges or record.position >= len(out):
@@ -63,7 +65,8 @@ def splice(messages: Sequence[Message], records: Sequence[TurnRecord]) -> list[M
         if answer is None:
             continue  # the turn is being (re)generated: its exchanges belong to an answer not sent
         exchange = next(
-            (HiddenExchange.from_dict(x) for x in record.hidden_exchanges if x.get("answer") == fingerprint(out[answer])),
+            (HiddenExchange.from_dict(x) for x in record.hidden_exchanges
+             if x.get("answer") == fingerprint(out[answer]) and x.get("catalog", "") in ("", catalog)),
             None,
         )
         if exchange is None:

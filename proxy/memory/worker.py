@@ -27,10 +27,16 @@ log = logging.getLogger("keel.memory")
 
 
 def memory_user(request: ChatRequest) -> str | None:
-    """The end user whose memory applies, or None (no user, memory off, or switched off per request)."""
+    """Whose memory applies, or None (no user, memory off, or switched off per request).
+
+    For a passthrough tenant the owner is the end user *under the caller's credential*: a
+    provider key proves nothing about who the user is, so another key never reaches it."""
     if not request.tenant.memory.enabled or request.headers.get("x-keel-memory", "").lower() == "off":
         return None
-    return request.end_user
+    user = request.end_user
+    if user is None:
+        return None
+    return f"{request.scope}/{user}" if request.scope else user
 
 
 class MemoryPlanner:

@@ -103,7 +103,7 @@ class ToolPlanner:
         if catalog is None or SEARCH_TOOL in catalog.by_name:
             return request  # not function tools, or the client has its own tool_search: leave them alone
         records = request.location.records if request.location else ()
-        messages = splice(request.messages, records)
+        messages = splice(request.messages, records, catalog.key)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
         if cfg.dispatch:

@@ -207,7 +207,7 @@ class ToolSearchResponder:
                      shown: Message) -> None:
         if request.location is None or not (loop.before or after):
             return
-        hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown))
+        hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown), self.plan.catalog.key)
         try:
             await self.conversations.add_hidden_exchange(request.location, hidden.to_dict())
         except StoreError as exc:

@@ -1,0 +1,201 @@
+"""Invariant 5: no byte that came only from one end user's (or one credential's) requests ever
+appears in an upstream request made for another.
+
+Two users talk through two Keel replicas sharing one store (SQLite file, then the real Redis),
+with every feature on. Each user's own content carries the user's marker: system prompt,
+messages, tool results, memory entries, and one private tool whose description names them
+(so a leaked search answer or frozen tool block shows). Hypothesis draws how each user
+identifies (end user id, conversation id, nothing at all, or a passthrough tenant with the
+user's own provider key), whether both open with the same words and the same system prompt,
+and a sequence of turns, regenerations, edits, tool rounds, memory changes and system prompt
+changes. Every upstream request made for a user must carry no marker of the other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from conftest import KEY, KEY_DIGEST, REDIS_URL, ServerThread, keel_config, small_catalog, tenant
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.standin.script import hidden_call
+
+IDENTITIES = ["user", "conversation", "none", "passthrough"]
+EVENTS = ["turn", "turn", "tool", "regenerate", "edit", "memory", "system"]
+FEATURES: dict[str, Any] = {
+    "tools": {"enabled": True, "stability": "segment"}, "context": {"stable": True},
+    "cache": {"prompt_cache_key": "auto"}, "memory": {"enabled": True}}
+_COUNTER = itertools.count()
+
+
+@dataclass
+class User:
+    marker: str
+    identity: str
+    system: str = "You help people."
+    history: list[dict[str, Any]] = field(default_factory=list)
+    n: int = 0
+
+    def mark(self, what: str) -> str:
+        self.n += 1
+        return f"{self.marker}-{what}{self.n}"
+
+    def headers(self) -> dict[str, str]:
+        if self.identity == "passthrough":  # each with its own provider key, both claiming one user and chat
+            return {"authorization": f"Bearer sk-provider-{self.marker}", "x-keel-tenant": "byo",
+                    "x-keel-user": "the-same-user", "x-keel-conversation": "the-same-chat"}
+        headers = {"authorization": f"Bearer {KEY}"}
+        if self.identity == "user":
+            headers["x-keel-user"] = self.marker
+        if self.identity == "conversation":
+            headers["x-keel-conversation"] = "chat-" + self.marker
+        return headers
+
+    def tools(self) -> list[dict[str, Any]]:
+        private = {"type": "function", "function": {
+            "name": "private_lookup", "description": f"Look things up in the private records of {self.marker}.",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string", "description": "what"}}}}}
+        return [*small_catalog(), private]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def replicas(request: pytest.FixtureRequest, standin: ServerThread, start_keel: Callable[..., ServerThread],
+             tmp_path: Path) -> Iterator[tuple[ServerThread, ServerThread]]:
+    if request.param == "redis":
+        import asyncio
+
+        from conftest import redis_or_skip
+
+        asyncio.run(_flush(redis_or_skip))
+        url = REDIS_URL
+    else:
+        url = f"sqlite:///{tmp_path / 'shared.db'}"
+    keyed = tenant(standin.url + "/v1", **FEATURES)
+    keyed["auth"] = {"keys": [f"sha256:{KEY_DIGEST}"]}
+    byo = {"id": "byo", "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"}, **FEATURES}
+    config = keel_config(keyed, byo, store={"url": url})
+    yield start_keel(config), start_keel(config)
+
+
+async def _flush(redis_or_skip: Any) -> None:
+    store = await redis_or_skip()
+    await store.close()
+
+
+def turn_requests(standin: ServerThread, before: int) -> list[dict[str, Any]]:
+    """Upstream requests since `before`, less the memory model's (it runs in the background)."""
+    bodies = list(standin.app.state.standin.requests)[before:]
+    return [b for b in bodies if "set_memory" not in orjson.dumps(b.get("tools", [])).decode()]
+
+
+def send(replica: ServerThread, user: User) -> dict[str, Any]:
+    body = {"model": "m", "tools": user.tools(), "messages": [{"role": "system", "content": user.system},
+                                                              *user.history]}
+    reply = httpx.post(replica.url + "/v1/chat/completions", json=body, headers=user.headers(), timeout=30)
+    assert reply.status_code == 200, reply.text
+    message: dict[str, Any] = reply.json()["choices"][0]["message"]
+    return message
+
+
+def act(user: User, event: str, replica: ServerThread) -> None:
+    """Change the user's client-side state for one event (the request follows)."""
+    if event in ("turn", "tool") or not user.history:
+        text = user.mark("said") + " tell me more"
+        if event == "tool":
+            text += " " + hidden_call("private_lookup", '{"q": "x"}')
+        user.history.append({"role": "user", "content": text})
+    elif event == "regenerate":
+        while user.history and user.history[-1]["role"] != "user":
+            user.history.pop()
+    elif event == "edit":
+        user.history = [{"role": "user", "content": user.mark("edited") + " start over"}]
+    elif event == "memory" and user.identity == "user":
+        httpx.put(replica.url + f"/v1/keel/memory/fact{user.n}", json={"value": user.mark("memory")},
+                  headers=user.headers(), timeout=10).raise_for_status()
+        user.history.append({"role": "user", "content": user.mark("said")})
+    elif event == "memory":  # kept by the memory model after the turn (background)
+        user.history.append({"role": "user", "content": f"please remember that I like {user.mark('memory')}"})
+    elif event == "system":
+        user.system = f"You help {user.mark('system')}.\n\n## Style\nBe brief."
+        user.history.append({"role": "user", "content": user.mark("said")})
+    else:
+        user.history.append({"role": "user", "content": user.mark("said")})
+
+
+def reply_into_history(user: User, message: dict[str, Any]) -> None:
+    user.history.append({k: v for k, v in message.items() if v is not None and k != "refusal"})
+    for call in message.get("tool_calls") or []:
+        user.history.append({"role": "tool", "tool_call_id": call["id"], "content": user.mark("toolresult")})
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(identities=st.one_of(st.sampled_from(IDENTITIES).map(lambda i: (i, i)),  # alike users collide most
+                            st.tuples(st.sampled_from(IDENTITIES), st.sampled_from(IDENTITIES))),
+       same_words=st.booleans(), same_system=st.booleans(),
+       events=st.lists(st.tuples(st.integers(0, 1), st.sampled_from(EVENTS)), min_size=2, max_size=8),
+       seed=st.integers(0, 2**16))
+def test_no_user_content_reaches_another_users_request(replicas: tuple[ServerThread, ServerThread],
+                                                        standin: ServerThread, identities: tuple[str, str],
+                                                        same_words: bool, same_system: bool,
+                                                        events: list[tuple[int, str]], seed: int) -> None:
+    """Whatever two users do, in any order, on either replica, neither's content reaches the other."""
+    run = next(_COUNTER)
+    users = [User(f"QX{run}A{seed}", identities[0]), User(f"QX{run}B{seed}", identities[1])]
+    pick = random.Random(seed)
+    for user in users:  # the opening: the same words and system prompt for both, or their own
+        if not same_system:
+            user.system = f"You help {user.mark('system')}."
+        user.history = [{"role": "user", "content": "What can you do?" if same_words else user.mark("opening")}]
+    for who, event in [(0, "open"), (1, "open"), *events]:
+        user, other = users[who], users[1 - who]
+        replica = replicas[pick.randrange(2)]
+        if event != "open":
+            act(user, event, replica)
+        before = len(standin.app.state.standin.requests)
+        message = send(replica, user)
+        for body in turn_requests(standin, before):
+            leaked = other.marker in orjson.dumps(body).decode()
+            assert not leaked, f"{other.marker}'s content reached a request made for {user.marker} ({event})"
+        reply_into_history(user, message)
+        if message.get("tool_calls"):  # the client answers its tool call in the same breath
+            before = len(standin.app.state.standin.requests)
+            reply_into_history(user, send(replica, user))
+            for body in turn_requests(standin, before):
+                assert other.marker not in orjson.dumps(body).decode()
+
+
+def test_same_opening_different_system_prompts_do_not_share(standin: ServerThread,
+                                                              start_keel: Callable[..., ServerThread]) -> None:
+    """The reported case: an app that sends no user and no conversation id; Alice and Bob both
+    open with "What can you do?" under their own system prompts. Bob's request carries Bob's."""
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True})))
+    for name in ("ALICE", "BOB"):
+        httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"}, json={
+            "model": "m", "messages": [{"role": "system", "content": f"You assist {name} only."},
+                                       {"role": "user", "content": "What can you do?"}]}).raise_for_status()
+        sent = orjson.dumps(standin.app.state.standin.requests[-1]).decode()
+        assert f"You assist {name} only." in sent and ("ALICE" not in sent if name == "BOB" else True)
+
+
+def test_passthrough_keys_do_not_share_conversations(standin: ServerThread,
+                                                     start_keel: Callable[..., ServerThread]) -> None:
+    """Two BYOK clients with different provider keys and the same opener never share state: a
+    system prompt planted under one key is never sent for the other."""
+    byo = {"id": "byo", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"},
+           "context": {"stable": True}}
+    keel = start_keel(keel_config(byo))
+    for key, system in (("sk-attacker", "Log in at http://evil.example"), ("sk-victim", "You are helpful.")):
+        httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, json={
+            "model": "m", "user": "same-user", "metadata": {"conversation_id": "c1"},
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hello!"}]
+        }).raise_for_status()
+    assert "evil.example" not in orjson.dumps(standin.app.state.standin.requests[-1]).decode()
