@@ -204,7 +204,8 @@ class Keel:
                 return await self.respond(planned, Exchange(send, rid, done, content, raw))
             response = await send(content)
             account = CacheAccounting(self.metrics, planned) if planned.location is not None else None
-            return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account)
+            return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
+                                            expect_done=parsed.stream)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
             done(Outcome(status=exc.status, error=exc.code))
@@ -214,6 +215,7 @@ class Keel:
         self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,
         extra_headers: Mapping[str, str] | None = None,
         accounting: CacheAccounting | None = None,
+        expect_done: bool = False,
     ) -> Response:
         gauge = self.metrics.streams_open.labels(tenant)
 
@@ -223,7 +225,7 @@ class Keel:
             done(outcome)
 
         try:
-            relayed = await relay(response, rid, finish, extra_headers, accounting)
+            relayed = await relay(response, rid, finish, extra_headers, accounting, expect_done)
         except BaseException:
             await response.aclose()
             raise

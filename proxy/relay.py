@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import Response, StreamingResponse
 
-from proxy.errors import ProxyError, error_body
+from proxy.errors import ProxyError, UpstreamConnectError, error_body
 
 if TYPE_CHECKING:
     from proxy.accounting import CacheAccounting
@@ -73,8 +73,10 @@ async def relay(
     on_done: Callable[[Outcome], None],
     extra_headers: Mapping[str, str] | None = None,
     accounting: CacheAccounting | None = None,
+    expect_done: bool = False,
 ) -> Response:
-    """`accounting` reads the upstream's usage from the body or the stream as it passes."""
+    """`accounting` reads the upstream's usage from the body or the stream as it passes;
+    `expect_done`: a chat completion stream, which ends with `data: [DONE]` unless broken."""
     headers = client_headers(response, request_id)
     if extra_headers:
         headers.update(extra_headers)
@@ -91,7 +93,8 @@ async def relay(
     outcome.streamed = True
     is_sse = header(response, "content-type").startswith("text/event-stream")
     watch = accounting if is_sse and response.status == 200 else None
-    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest),
+    done = expect_done and is_sse and response.status == 200
+    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, done),
                              status_code=response.status, headers=headers)
 
 
@@ -124,7 +127,9 @@ async def read_limited(response: UpstreamResponse, limit: int) -> tuple[bytes, A
 async def _stream(
     response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool,
     accounting: CacheAccounting | None = None, prefix: bytes = b"", rest: AsyncIterator[bytes] | None = None,
+    expect_done: bool = False,
 ) -> AsyncIterator[bytes]:
+    tail = b""
     try:
         if prefix:  # what was read before the body turned out too large to hold
             outcome.bytes_out += len(prefix)
@@ -133,14 +138,20 @@ async def _stream(
             outcome.bytes_out += len(chunk)
             if accounting is not None:
                 accounting.watch(chunk)
+            if is_sse and chunk:
+                tail = (tail + chunk)[-256:]
             yield chunk
         if accounting is not None:
             accounting.finish()
+        if expect_done and b"[DONE]" not in tail and b'"error"' not in tail:
+            raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may be cut short",
+                                       code="upstream_stream_incomplete")
     except ProxyError as exc:
         outcome.error = exc.code
         log.warning("upstream_stream_broken", extra={"error": exc.message})
-        if is_sse:
-            yield b"data: " + error_body(exc.message, exc.type, exc.code) + b"\n\n"
+        if is_sse:  # after a blank line, so that a half-sent event cannot swallow it
+            separator = b"\n\n" if tail and not tail.endswith((b"\n\n", b"\r\n\r\n")) else b""
+            yield separator + b"data: " + error_body(exc.message, exc.type, exc.code) + b"\n\n"
     except BaseException:  # the client went away: cancelled mid-stream
         outcome.error = "client_disconnected"
         raise

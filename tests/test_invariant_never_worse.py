@@ -283,20 +283,57 @@ class Scripted(Recorder):
         await super().__call__(scope, receive, send)
 
 
-def test_responder_misreading_the_answer_sends_the_clients_request(start_keel: Callable[..., ServerThread]) -> None:
-    """The upstream's first answer has tool_calls Keel cannot read: rather than fail, the responder
-    sends the client's own request and relays that answer."""
-    good = chat_json("fine")
-    upstream = Scripted([chat_json("", "not a list of calls"), good])
+def test_unreadable_answer_is_relayed_as_it_came(start_keel: Callable[..., ServerThread]) -> None:
+    """An upstream answer whose tool_calls Keel cannot read is the upstream's own answer: relayed
+    as it came, in one upstream call."""
+    odd = chat_json("", "not a list of calls")
+    upstream = Scripted([odd])
     with ServerThread(upstream) as server:
         keel = start_keel(keel_config(tenant(server.url + "/v1", **FEATURES)))
         response = httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"},
                               json={"model": "m", "tools": small_catalog(),
                                     "messages": [{"role": "user", "content": "hello"}]})
-    assert response.status_code == 200 and response.content == good
-    assert len(upstream.received) == 2
-    assert b"tool_search" in upstream.received[0].body and b"tool_search" not in upstream.received[1].body
-    assert failures(keel, "tool_search_responder") == 1
+    assert response.status_code == 200 and response.content == odd
+    assert len(upstream.received) == 1
+
+
+class BrokenRanker:
+    """A ranker handed to the responder without its guard: a bug inside Keel's search answer."""
+
+    async def rank(self, *args: Any) -> Any:
+        raise RuntimeError("bug in the search answer")
+
+
+def tools_planner_answering_with(ranker: Any, conversations: Any) -> Callable[[list[Any]], Sequence[Any]]:
+    """A tool planner whose responder searches with `ranker` as given (no guard around it)."""
+    from proxy.metrics import Metrics
+    from proxy.tokens import TokenCounter
+    from proxy.tools.catalog import CatalogCache
+    from proxy.tools.planner import ToolPlanner
+    from proxy.tools.ranking import LexicalRanker
+    from proxy.tools.responder import ToolSearchResponder
+
+    metrics = Metrics()
+    tools = ToolPlanner(CatalogCache(TokenCounter()), lambda tenant: LexicalRanker(), metrics,
+                        lambda plan, _: ToolSearchResponder(plan, ranker, conversations, metrics))
+    return lambda defaults: [tools]
+
+
+@STREAMS
+def test_responder_bug_falls_back(standin: ServerThread, start_keel: Callable[..., ServerThread], tmp_path: Path,
+                                  stream: bool) -> None:
+    """A bug inside Keel's tool_search answer: before anything reached the client, the client's own
+    request is sent and relayed; once a stream has begun, it ends with one error event."""
+    from proxy.conversations import Conversations
+
+    conversations = Conversations(SqliteStore(str(tmp_path / "c.db")), 60)
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", **FEATURES)),
+                      planners=tools_planner_answering_with(BrokenRanker(), conversations))
+    if not stream:
+        assert called(keel, False) == [WANTED]
+        return
+    with pytest.raises(openai.APIError, match="could not continue"):
+        called(keel, True)
 
 
 def test_unhealthy_store_is_bypassed(standin: ServerThread, start_keel: Callable[..., ServerThread],

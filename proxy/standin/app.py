@@ -104,7 +104,8 @@ class StandIn:
         cid = "chatcmpl-" + hashlib.blake2b(raw, digest_size=12).hexdigest()
         model = str(body.get("model") or "standin")
         if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            options = body.get("stream_options")
+            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             chunks = _stream(cid, model, script, usage if include_usage else None)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
         message: dict[str, Any] = {"role": "assistant", "content": script.text, "refusal": None}

@@ -22,14 +22,13 @@ from proxy import jsontext
 from proxy.accounting import CacheAccounting
 from proxy.config import ToolsConfig
 from proxy.conversations import Conversations
-from proxy.errors import ProxyError, error_body
+from proxy.errors import ProxyError, UpstreamConnectError, error_body
 from proxy.hidden import HiddenExchange, fingerprint
 from proxy.ingress import ChatRequest, encode
 from proxy.metrics import Metrics
 from proxy.pipeline import Exchange
 from proxy.relay import INSPECT_LIMIT, Outcome, client_headers, read_limited, relay, relay_rest
 from proxy.sse import Event, EventParser, EventTooLargeError, encode_event
-from proxy.stores import StoreError
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
 from proxy.tools.search import CALL_TOOL, SEARCH_TOOL, answer_search
@@ -210,15 +209,17 @@ class ToolSearchResponder:
         hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown), self.plan.catalog.key)
         try:
             await self.conversations.add_hidden_exchange(request.location, hidden.to_dict())
-        except StoreError as exc:
-            log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": str(exc)})
+        except Exception as exc:  # bookkeeping: losing it costs the next turn's cache, never this turn
+            log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
+            self.metrics.planner_failures.labels(request.tenant.id, "hidden_exchange").inc()
 
     async def _dispatched(self, request: ChatRequest, dispatched: dict[str, Any]) -> None:
         if dispatched and request.location is not None:
             try:
                 await self.conversations.add_dispatched(request.location, dispatched)
-            except StoreError as exc:
-                log.warning("dispatched_calls_not_stored", extra={"tenant": request.tenant.id, "error": str(exc)})
+            except Exception as exc:  # bookkeeping, as above
+                log.warning("dispatched_calls_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
+                self.metrics.planner_failures.labels(request.tenant.id, "dispatched").inc()
 
     async def _whole(self, request: ChatRequest, exchange: Exchange, loop: Loop,
                      upstream: UpstreamResponse) -> Response:
@@ -237,10 +238,9 @@ class ToolSearchResponder:
             message = chat_message(data)
             calls = message.get("tool_calls") if message is not None else None
             if message is None or (calls is not None and not well_formed_calls(calls)):
-                if loop.rounds:  # a continued call's odd answer is still the model's answer: relay it
-                    exchange.done(Outcome(upstream.status, len(raw)))
-                    return Response(raw, status_code=upstream.status, headers=headers)
-                raise ValueError("the upstream's answer is not a chat completion Keel can read")
+                # not a chat completion whose calls Keel can read: the upstream's own answer, as it came
+                exchange.done(Outcome(upstream.status, len(raw)))
+                return Response(raw, status_code=upstream.status, headers=headers)
             assert isinstance(data, dict)
             usage = add_usage(usage, data.get("usage"))
             calls = calls or []
@@ -326,9 +326,13 @@ class ToolSearchResponder:
                 if loop.rounds and not stored:
                     await self._store(request, loop, state.assistant_message(), [], state.shown_message())
                 CacheAccounting(self.metrics, request).record(state.usage)
-                for out in state.closing(include_usage):
+                closing = state.closing(include_usage)
+                for out in closing:
                     outcome.bytes_out += len(out)
                     yield out
+                if closing is state.held and not state.saw_done:  # relayed as it came, and it came cut
+                    raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may "
+                                               "be cut short", code="upstream_stream_incomplete")
             except ProxyError:
                 raise
             except Exception as exc:  # a bug or an event Keel misread
@@ -371,6 +375,7 @@ class StreamState:
     shown_content: list[str] = field(default_factory=list)  # all rounds' text, as the client saw it
     finish: str | None = None
     finished: bool = False  # this round's upstream stream said it was done (a finish_reason)
+    saw_done: bool = False  # this round's upstream stream ended with `data: [DONE]`
     usage: Any = None
     held: list[bytes] = field(default_factory=list)  # round-0 closing events, replayed if nothing changed
     error: bool = False
@@ -410,7 +415,7 @@ class StreamState:
     def next_round(self) -> None:
         self.round += 1
         self.index_map, self.calls_by_index, self.arguments, self.content, self.held = {}, {}, {}, [], []
-        self.finished = False
+        self.finished = self.saw_done = False
 
     async def relay_round(self, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
         parser = EventParser()
@@ -429,6 +434,7 @@ class StreamState:
         if event.data is None:
             return event.raw  # comments and keep-alives pass through
         if event.done:
+            self.saw_done = True
             self.held.append(event.raw)
             return None
         data = event.json()
