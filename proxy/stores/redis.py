@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from proxy.stores import StoreError
+from proxy.stores.queue import JobQueue
 
 T = TypeVar("T")
 
@@ -72,6 +73,11 @@ class RedisStore:
             return bool(await self._redis.set("keel:health", b"1", ex=60))
         except (RedisError, OSError):
             return False
+
+    def job_queue(self) -> JobQueue:
+        from proxy.stores.redis_queue import RedisJobQueue
+
+        return RedisJobQueue(self._redis)
 
     async def close(self) -> None:
         await self._redis.aclose()

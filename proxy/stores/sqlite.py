@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from proxy.stores import StoreError
+from proxy.stores.queue import JobQueue
 
 T = TypeVar("T")
 
@@ -205,6 +206,11 @@ class SqliteStore:
             return await asyncio.get_running_loop().run_in_executor(self._executor, probe)
         except (sqlite3.Error, OSError):
             return False
+
+    def job_queue(self) -> JobQueue:
+        from proxy.stores.sqlite_queue import SqliteJobQueue
+
+        return SqliteJobQueue(self)
 
     async def close(self) -> None:
         def fn() -> None:

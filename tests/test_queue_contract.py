@@ -1,0 +1,107 @@
+"""One contract for every JobQueue: SQLite (a real file) and Redis (the real server)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from conftest import redis_or_skip
+
+from proxy.stores.queue import JobQueue
+from proxy.stores.sqlite import SqliteStore
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobQueue]:
+    store = SqliteStore(str(tmp_path / "keel.db")) if request.param == "sqlite" else await redis_or_skip()
+    yield store.job_queue()
+    await store.close()
+
+
+async def test_fifo_per_queue_and_one_lease_per_queue(queue: JobQueue) -> None:
+    """A queue's jobs come out in order, one at a time: its second job waits for the first."""
+    for i in range(3):
+        await queue.push("alice", f"a{i}", f"pa{i}".encode())
+    await queue.push("bob", "b0", b"pb0")
+    first = await queue.claim("w1", 30)
+    second = await queue.claim("w2", 30)
+    assert first is not None and second is not None
+    assert {(first.queue, first.id), (second.queue, second.id)} == {("alice", "a0"), ("bob", "b0")}
+    assert await queue.claim("w3", 30) is None, "alice's next job waits for a0; bob has no more"
+    alice = first if first.queue == "alice" else second
+    assert alice.payload == b"pa0" and alice.attempts == 0 and alice.claims == 1
+    assert await queue.complete(alice, "w1" if alice is first else "w2")
+    nxt = await queue.claim("w3", 30)
+    assert nxt is not None and nxt.id == "a1"
+    assert await queue.pending() == 3
+
+
+async def test_retry_keeps_the_head_and_waits(queue: JobQueue) -> None:
+    """A failed run counts an attempt; the job stays first and its queue waits out the delay."""
+    await queue.push("q", "j1", b"1")
+    await queue.push("q", "j2", b"2")
+    job = await queue.claim("w", 30)
+    assert job is not None and await queue.retry(job, "w", 0.3, "model down")
+    assert await queue.claim("w", 30) is None
+    await asyncio.sleep(0.4)
+    again = await queue.claim("w", 30)
+    assert again is not None and again.id == "j1" and again.attempts == 1 and again.claims == 2
+
+
+async def test_bury_moves_to_dead_letters_and_frees_the_queue(queue: JobQueue) -> None:
+    await queue.push("t1/u1", "poison", b"x")
+    await queue.push("t1/u1", "good", b"y")
+    job = await queue.claim("w", 30)
+    assert job is not None and await queue.bury(job, "w", "ValueError: bad part")
+    nxt = await queue.claim("w", 30)
+    assert nxt is not None and nxt.id == "good"
+    (dead,) = await queue.dead("t1/")
+    assert (dead.id, dead.queue, dead.reason, dead.payload, dead.attempts) == ("poison", "t1/u1", "ValueError: bad part",
+                                                                              b"x", 1)
+    assert await queue.dead("t2/") == []
+    assert await queue.pending() == 1
+
+
+async def test_a_lost_lease_hands_the_job_to_another_worker(queue: JobQueue) -> None:
+    """A worker that stops renewing loses the job; it can no longer finish it, the next owner can."""
+    await queue.push("q", "j", b"p")
+    job = await queue.claim("dead-worker", 0.2)
+    assert job is not None
+    await asyncio.sleep(0.35)
+    taken = await queue.claim("live-worker", 30)
+    assert taken is not None and taken.id == "j" and taken.claims == 2
+    assert not await queue.complete(job, "dead-worker")
+    assert not await queue.save(job, "dead-worker", b"stale")
+    assert await queue.save(taken, "live-worker", b"progress")
+    assert await queue.complete(taken, "live-worker")
+    assert await queue.pending() == 0
+
+
+async def test_renew_keeps_the_lease(queue: JobQueue) -> None:
+    await queue.push("q", "j", b"p")
+    job = await queue.claim("w", 0.3)
+    assert job is not None
+    for _ in range(3):
+        await asyncio.sleep(0.15)
+        assert await queue.renew(job, "w", 0.3)
+    assert await queue.claim("other", 30) is None
+
+
+async def test_saved_payload_is_what_a_rerun_sees(queue: JobQueue) -> None:
+    await queue.push("q", "j", b"before")
+    job = await queue.claim("w", 30)
+    assert job is not None and await queue.save(job, "w", b"after")
+    assert await queue.retry(job, "w", 0, "again")
+    again = await queue.claim("w", 30)
+    assert again is not None and again.payload == b"after"
+
+
+async def test_concurrent_claims_lease_each_queue_once(queue: JobQueue) -> None:
+    for q in range(5):
+        for j in range(2):
+            await queue.push(f"q{q}", f"q{q}j{j}", b"")
+    claimed = await asyncio.gather(*(queue.claim(f"w{i}", 30) for i in range(12)))
+    jobs = [c for c in claimed if c is not None]
+    assert sorted(j.id for j in jobs) == [f"q{q}j0" for q in range(5)]
