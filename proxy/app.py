@@ -96,9 +96,9 @@ class Keel:
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
-        self.memory_jobs = MemoryJobs(background)
-        self.memory_worker = MemoryWorker(config, self.memory_book, self.memory_jobs, upstream, self.metrics,
-                                          memory_gate)
+        self.memory_jobs = MemoryJobs(self.store, self.store.job_queue())  # queued on the request path
+        self.memory_worker = MemoryWorker(config, self.memory_book, MemoryJobs(background, background.job_queue()),
+                                          upstream, self.metrics, memory_gate)
         self.ranker = ranker
         stages = self.default_planners() if planners is None or callable(planners) else list(planners)
         if callable(planners):
@@ -348,8 +348,10 @@ def create_app(
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.router.add_route("/readyz", readyz, methods=["GET"])
     app.router.add_route("/metrics", metrics, methods=["GET"])
-    memory = MemoryApi(keel.auth, keel.memory_book)
+    memory = MemoryApi(keel.auth, keel.memory_book, keel.memory_worker.jobs, keel.read_body)
     app.router.add_route("/v1/keel/memory", guarded(memory.list), methods=["GET"])
+    app.router.add_route("/v1/keel/memory/audit", guarded(memory.audit), methods=["GET"])
+    app.router.add_route("/v1/keel/memory/dead", guarded(memory.dead_letters), methods=["GET"])
     app.router.add_route("/v1/keel/memory", guarded(memory.delete), methods=["DELETE"])
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.put), methods=["PUT"])
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.delete), methods=["DELETE"])

@@ -106,6 +106,8 @@ class ServerConfig(_Model):
 class StoreConfig(_Model):
     url: str = Field("sqlite:///keel.db", description="sqlite:///path, redis://… or rediss://…")
     conversation_ttl_seconds: int = Field(30 * 24 * 3600, gt=0, description="TTL of turn records and anchors")
+    job_lease_seconds: float = Field(30.0, gt=0, description="a worker's hold on a user's memory queue, renewed "
+                                     "while it works; a replica that dies loses it after this")
     budget_ms: int = Field(100, ge=1, description="time one store call may take on the request path; slower "
                            "calls fail open, and after 3 failures in a row the store is bypassed (passthrough) "
                            "until a probe succeeds")
@@ -118,8 +120,21 @@ class StoreConfig(_Model):
         return url
 
 
+class UserKeyConfig(_Model):
+    key: str = Field(description="'sha256:<hex>' or 'env:VAR'")
+    user: str = Field(min_length=1, description="the one end user this key acts as")
+
+    @field_validator("key")
+    @classmethod
+    def _key_form(cls, key: str) -> str:
+        AuthConfig._key_forms((key,))
+        return key
+
+
 class AuthConfig(_Model):
     keys: tuple[str, ...] = Field((), description="'sha256:<hex>' or 'env:VAR' entries")
+    user_keys: tuple[UserKeyConfig, ...] = Field((), description="keys bound to one end user each: they act only "
+                                                  "as that user, on chat and on the memory API")
     admin_keys: tuple[str, ...] = Field((), description="keys that may also manage any user's memory in the tenant")
     passthrough: bool = Field(False, description="forward the client's own Authorization upstream")
 
@@ -282,6 +297,12 @@ class MemoryGateConfig(_Model):
     timeout_ms: int = Field(2000, ge=1, description="deadline for one gate judgment; on timeout the model runs")
 
 
+class MemoryJobsConfig(_Model):
+    max_attempts: int = Field(8, ge=1, description="runs of one job before it is buried as a dead letter")
+    backoff_seconds: float = Field(1.0, gt=0, description="wait after the first failure, doubled after each")
+    max_backoff_seconds: float = Field(60.0, gt=0, description="the longest wait between two runs")
+
+
 class MemoryConfig(_Model):
     """Per-user memory with a classifier gate in front of the memory model."""
 
@@ -291,8 +312,14 @@ class MemoryConfig(_Model):
     api_key_env: str | None = Field(None, description="its key; default: the tenant's upstream key")
     instructions: str = Field(DEFAULT_MEMORY_INSTRUCTIONS, description="the memory model's instructions")
     valid_keys: tuple[str, ...] = Field((), description="optional categories the memory keys must use")
-    token_limit: int = Field(2000, ge=1, description="memory larger than this (estimated) is not sent in full")
+    token_limit: int = Field(2000, ge=1, description="memory shown to the model (anchor and memory model) at most, "
+                             "estimated; the newest entries first")
+    max_entry_chars: int = Field(2000, ge=1, description="one entry's value at most (413 from the API; refused and "
+                                 "audited from the memory model)")
+    max_entries: int = Field(200, ge=1, description="entries per user at most")
+    max_total_chars: int = Field(40000, ge=1, description="characters per user at most, keys and values")
     gate: MemoryGateConfig = MemoryGateConfig()
+    jobs: MemoryJobsConfig = MemoryJobsConfig()
 
 
 class CacheConfig(_Model):
@@ -319,7 +346,7 @@ class TenantConfig(_Model):
 
     @model_validator(mode="after")
     def _has_auth(self) -> TenantConfig:
-        if not self.auth.keys and not self.auth.admin_keys and not self.auth.passthrough:
+        if not self.auth.keys and not self.auth.admin_keys and not self.auth.user_keys and not self.auth.passthrough:
             raise ValueError("auth needs keys or passthrough: true")
         return self
 

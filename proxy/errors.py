@@ -3,8 +3,10 @@
     ProxyError (500 server_error)
     ├── BadRequestError (400 invalid_request_error)
     ├── AuthenticationError (401 authentication_error)
+    ├── ForbiddenError (403 permission_error)
     ├── RequestTimeoutError (408 invalid_request_error)
     ├── BodyTooLargeError (413 invalid_request_error)
+    ├── StoreUnavailableError (503 service_unavailable)
     ├── UpstreamConnectError (502 upstream_error)
     └── UpstreamTimeoutError (504 upstream_error)
 """
@@ -40,6 +42,18 @@ class AuthenticationError(ProxyError):
     status = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+
+class ForbiddenError(ProxyError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
+class StoreUnavailableError(ProxyError):
+    status = 503
+    type = "service_unavailable"
+    code = "store_unavailable"
 
 
 class RequestTimeoutError(ProxyError):

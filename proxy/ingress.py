@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from proxy import jsontext
 from proxy.chain import CONTEXT_ROLES, chain_seed
-from proxy.config import TenantConfig
+from proxy.config import TenantConfig, key_digests
 from proxy.messages import message_text
 
 if TYPE_CHECKING:
     from proxy.conversations import Location
     from proxy.pipeline import Responder
-from proxy.errors import AuthenticationError, BadRequestError
+from proxy.errors import AuthenticationError, BadRequestError, ForbiddenError
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Caller:
     admin: bool = False  # may manage any user's memory in its tenant
     keyed: bool = False  # authenticated by a Keel key (not a passthrough tenant's own provider key)
     scope: str = ""  # passthrough: a digest of the caller's credential, in every key of its state
+    bound_user: str | None = None  # a user key: the one end user it acts as
 
 
 def credential_scope(credential: str) -> str:
@@ -45,6 +46,7 @@ class Authenticator:
         self._prefixes = keel_key_prefixes
         self._keyed = [(digest, t, False) for t in tenants for digest in t.auth.key_digests()]
         self._keyed += [(digest, t, True) for t in tenants for digest in t.auth.key_digests(admin=True)]
+        self._bound = [(digest, t, u.user) for t in tenants for u in t.auth.user_keys for digest in key_digests((u.key,))]
         self._by_id = {t.id: t for t in tenants}
         self._default = next((t for t in tenants if t.default and t.auth.passthrough), None)
 
@@ -70,6 +72,12 @@ class Authenticator:
                     match = (tenant, admin)
             if match is not None:
                 return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True)
+            bound: tuple[TenantConfig, str] | None = None
+            for candidate, tenant, user in self._bound:
+                if hmac.compare_digest(candidate, digest) and bound is None:
+                    bound = (tenant, user)
+            if bound is not None:
+                return Caller(bound[0], self._upstream_auth(bound[0]), keyed=True, bound_user=bound[1])
         if named is None and self._default is not None and not self._looks_like_keel_key(token):
             return Caller(self._default, authorization or None, scope=credential_scope(token))
         if not token:
@@ -95,6 +103,7 @@ class ChatRequest:
     headers: Mapping[str, str]
     request_id: str
     scope: str = ""  # the caller's credential digest (passthrough tenants), see `Caller.scope`
+    bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
     plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
     client_messages: tuple[dict[str, Any], ...] = ()  # the client's own message objects, as parsed
     location: Location | None = None  # where the turn sits in its conversation (features on only)
@@ -114,7 +123,9 @@ class ChatRequest:
 
     @property
     def end_user(self) -> str | None:
-        """`user`, `safety_identifier`, `X-Keel-User` or `metadata.user_id`."""
+        """`user`, `safety_identifier`, `X-Keel-User` or `metadata.user_id` (a user key's own user)."""
+        if self.bound_user is not None:
+            return self.bound_user
         metadata = self.body.get("metadata")
         from_meta = metadata.get("user_id") if isinstance(metadata, dict) else None
         value = (self.body.get("user") or self.body.get("safety_identifier") or self.headers.get("x-keel-user")
@@ -189,4 +200,10 @@ def parse_chat(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str)
         raise BadRequestError("'messages' must be a list of message objects", param="messages")
     if not all(isinstance(m, dict) for m in messages):
         raise BadRequestError("every entry of 'messages' must be an object", param="messages")
-    return ChatRequest(caller.tenant, raw, body, headers, rid, caller.scope, client_messages=tuple(messages))
+    request = ChatRequest(caller.tenant, raw, body, headers, rid, caller.scope, client_messages=tuple(messages))
+    if caller.bound_user is not None:
+        claimed = request.end_user
+        if claimed is not None and claimed != caller.bound_user:
+            raise ForbiddenError(f"this key acts only for its own user, not {claimed!r}", code="user_mismatch")
+        request = replace(request, bound_user=caller.bound_user)
+    return request

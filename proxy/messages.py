@@ -14,7 +14,8 @@ def message_text(message: Message) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return " ".join(p["text"] for p in content
+                        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
     return ""
 
 

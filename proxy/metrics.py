@@ -53,6 +53,11 @@ class Metrics:
                                    ["tenant", "outcome"], registry=r)
         self.memory_model_runs = Counter("keel_memory_model_runs", "Memory model runs by result", ["tenant", "result"],
                                          registry=r)
+        self.memory_jobs = Counter("keel_memory_jobs", "Memory jobs by outcome (completed, retried, buried)",
+                                   ["tenant", "outcome"], registry=r)
+        self.memory_job_delay = Histogram("keel_memory_job_delay_seconds", "From the turn to its memory applied",
+                                          ["tenant"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+                                          registry=r)
         self.memory_tokens = Counter("keel_memory_tokens", "Tokens the memory model used", ["tenant"], registry=r)
         self.judgment_cost = Counter("keel_judgment_cost_usd", "What judgments and the memory model cost, priced from "
                                      "tools.pricing (never mixed into responses' usage)", ["tenant", "judgment"],

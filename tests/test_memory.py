@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -163,7 +164,7 @@ def test_api_scoping(standin: ServerThread, start_keel: Callable[..., ServerThre
     assert call("PUT", "/editor", json={"value": "vim"}).status_code == 200
     assert call("GET").json()["entries"] == {"editor": "vim"}
     assert call("GET", user="bob").json()["entries"] == {}  # B never sees A's
-    assert call("GET", "?user=alice", user="bob").status_code == 401  # naming a user needs an admin key
+    assert call("GET", "?user=alice", user="bob").status_code == 403  # naming a user needs an admin key
     assert call("GET", "?user=alice", key=ADMIN, user=None).json()["entries"] == {"editor": "vim"}
     assert call("GET", key=other_key).json()["entries"] == {}  # another tenant's alice is another person
     assert call("DELETE", "/editor", key=other_key).status_code == 404
@@ -177,13 +178,22 @@ def test_api_scoping(standin: ServerThread, start_keel: Callable[..., ServerThre
 
 def test_job_survives_a_restart(standin: ServerThread, start_keel: Callable[..., ServerThread],
                                 tmp_path: Path) -> None:
-    """A job queued by a process that stopped before running it is finished by the next one."""
+    """A job claimed by a process that stopped in the middle of it is finished by the next one,
+    once the stopped process's lease has run out."""
     db = tmp_path / "keel.db"
-    config = keel_config(memory_tenant(standin.url + "/v1"), store={"url": f"sqlite:///{db}"})
-    first = start_keel(config)
-    first.app.state.keel.memory_worker.wake = lambda: None  # this process never gets to it
+    config = keel_config(memory_tenant(standin.url + "/v1", gate={"timeout_ms": 60000}),
+                         store={"url": f"sqlite:///{db}", "job_lease_seconds": 0.5})
+    judging = threading.Event()
+
+    class StuckGate:  # the first process claims the job and never gets past the gate
+        async def judge(self, *args: Any) -> Any:
+            judging.set()
+            await asyncio.sleep(3600)
+
+    first = start_keel(config, memory_gate=StuckGate())
     httpx.post(first.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "ed"},
                json={"model": "m", "messages": [{"role": "user", "content": "please remember that my name is Ed"}]})
+    assert judging.wait(5)
     first.__exit__()
     assert memory_calls(standin) == 0
     second = start_keel(config)
@@ -193,7 +203,7 @@ def test_job_survives_a_restart(standin: ServerThread, start_keel: Callable[...,
 async def test_window_without_user_message_makes_no_request(standin: ServerThread) -> None:
     """A job whose window holds no user message is skipped without any request."""
     from proxy.memory.book import MemoryBook
-    from proxy.memory.jobs import MemoryJobs
+    from proxy.memory.jobs import MemoryJob, MemoryJobs
     from proxy.memory.worker import MemoryWorker
     from proxy.metrics import Metrics
     from proxy.stores.sqlite import SqliteStore
@@ -202,10 +212,11 @@ async def test_window_without_user_message_makes_no_request(standin: ServerThrea
     config = keel_config(memory_tenant(standin.url + "/v1"))
     store = SqliteStore(":memory:")
     upstream = AiohttpUpstream(config.server)
-    worker = MemoryWorker(config, MemoryBook(store), MemoryJobs(store), upstream, Metrics())
+    worker = MemoryWorker(config, MemoryBook(store), MemoryJobs(store, store.job_queue()), upstream, Metrics())
     before = len(standin.app.state.standin.requests)
-    await worker.process(config.tenants[0], {"user": "u", "chain_hash": "h",
-                                             "window": [{"role": "assistant", "content": "hello"}]})
+    decided = await worker.decide(config.tenants[0], MemoryJob("acme", "u", "h", [
+        {"role": "assistant", "content": "hello"}], 0.0))
+    assert decided == ([], "empty")
     assert len(standin.app.state.standin.requests) == before
     await upstream.aclose()
     await store.close()

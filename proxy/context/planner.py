@@ -79,7 +79,8 @@ class ContextPlanner:
         systems = [m for m in messages if m.get("role") in CONTEXT_ROLES]
         client_system = "\n\n".join(message_text(m) for m in systems)
         user = memory_user(request) if self.memory is not None else None
-        memory = await self.memory.entries(request.tenant.id, user) if self.memory is not None and user else None
+        memory = (await self.memory.shown(request.tenant.id, user, request.tenant.memory.token_limit * 4)
+                  if self.memory is not None and user else None)
         current = sample(client_system, date, memory)
         anchor, lost = await self._anchor(location, client_system, date, current, now.timestamp())
 

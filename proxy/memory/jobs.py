@@ -1,30 +1,84 @@
-"""Durable after-turn memory jobs: written before the response completes, processed at least
-once, idempotent by the chain hash of the user message they judge, finished after a restart."""
+"""Durable after-turn memory jobs: one per new user message, on a per-user FIFO queue.
+
+Written before the response completes (deduplicated by the chain hash of the message they
+judge, so a regeneration is not judged again), claimed under a lease by one worker in any
+replica, retried with backoff, and buried with the reason when they keep failing. The
+memory model's answer is saved on the job before it is applied, so a job re-run after a
+lost lease applies the same operations instead of asking the model again.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy import jsontext
 from proxy.stores import Store, key
+from proxy.stores.queue import DeadJob, Job, JobQueue
 
 JUDGED_TTL = 90 * 24 * 3600
 
 
-class MemoryJobs:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._pending = key("memory-jobs", "pending")
+@dataclass(frozen=True)
+class MemoryOp:
+    op: str  # set | delete
+    key: str
+    value: str = ""
 
-    async def enqueue(self, job: dict[str, Any]) -> bool:
-        """Queue a job once per user message; False when that message was already queued or judged."""
-        if not await self.store.set_if_absent(key("memory-jobs", "judged", job["chain_hash"]), b"1", JUDGED_TTL):
+
+@dataclass(frozen=True)
+class MemoryJob:
+    tenant: str
+    owner: str  # whose memory: the end user (under the caller's credential for passthrough tenants)
+    chain_hash: str  # the judged user message: the job's id
+    window: list[dict[str, Any]]  # the newest user message and the few before it
+    queued_at: float
+    ops: list[MemoryOp] | None = None  # the memory model's answer, once it has run
+    gate: str = ""  # the gate's decision, once made: run | skip | failed
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def queue(self) -> str:
+        return f"{self.tenant}/{self.owner}"
+
+    def with_ops(self, ops: list[MemoryOp], gate: str) -> MemoryJob:
+        return replace(self, ops=ops, gate=gate)
+
+    def to_bytes(self) -> bytes:
+        data = {"tenant": self.tenant, "owner": self.owner, "chain_hash": self.chain_hash, "window": self.window,
+                "queued_at": self.queued_at, "gate": self.gate, "extra": self.extra,
+                "ops": None if self.ops is None else [[o.op, o.key, o.value] for o in self.ops]}
+        return jsontext.dumps(data)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> MemoryJob:
+        data = jsontext.loads(raw)
+        ops = data.get("ops")
+        return cls(str(data["tenant"]), str(data["owner"]), str(data["chain_hash"]), list(data.get("window") or []),
+                   float(data.get("queued_at") or 0), None if ops is None else [MemoryOp(*o) for o in ops],
+                   str(data.get("gate") or ""), dict(data.get("extra") or {}))
+
+
+class MemoryJobs:
+    def __init__(self, store: Store, queue: JobQueue) -> None:
+        self.store = store
+        self.queue = queue
+
+    async def enqueue(self, job: MemoryJob) -> bool:
+        """Queue a job once per user message; False when that message was already queued."""
+        judged = key("memory-jobs", "judged", job.chain_hash)
+        if not await self.store.set_if_absent(judged, b"1", JUDGED_TTL):
             return False
-        await self.store.hset(self._pending, job["chain_hash"], jsontext.dumps(job))
+        try:
+            await self.queue.push(job.queue, job.chain_hash, job.to_bytes())
+        except BaseException:
+            await self.store.delete(judged)  # not accepted: a retry of the turn may queue it
+            raise
         return True
 
-    async def pending(self) -> list[dict[str, Any]]:
-        return [jsontext.loads(raw) for raw in (await self.store.hgetall(self._pending)).values()]
+    async def dead(self, tenant: str, limit: int = 100) -> list[DeadJob]:
+        return await self.queue.dead(f"{tenant}/", limit)
 
-    async def done(self, chain_hash: str) -> None:
-        await self.store.hdel(self._pending, chain_hash)
+    @staticmethod
+    def decode(job: Job) -> MemoryJob:
+        return MemoryJob.from_bytes(job.payload)

@@ -1,29 +1,48 @@
 """After the turn: the gate judges the newest user message; only a yes runs the memory model.
 
 `MemoryPlanner` queues a durable job for each new user message (before the response
-completes); `MemoryWorker` processes queued jobs in the background after responses finish,
-and on start (jobs left by a stopped process). Gate failures (timeout, error) run the memory
-model as usual: a missed request costs a memory, a false pass costs one call.
+completes); `MemoryWorker` claims jobs from the per-user FIFO queues (any replica, one lease
+per user), after responses finish and on start (jobs left by a stopped process). Gate
+failures (timeout, error) run the memory model as usual: a missed request costs a memory, a
+false pass costs one call. A job whose memory model or store fails is retried with backoff
+and buried with the reason after `memory.jobs.max_attempts`; it blocks only the same user's
+later jobs, and only until then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
+import time
+import uuid
 from typing import Any
 
 from proxy.config import KeelConfig, TenantConfig
 from proxy.conversations import TurnKind
 from proxy.ingress import ChatRequest
-from proxy.memory.book import MemoryBook
+from proxy.memory.book import Limits, MemoryBook, MemoryLimitError
 from proxy.memory.gate import GateResult, LexicalMemoryGate, MemoryGate, newest_window
-from proxy.memory.jobs import MemoryJobs
+from proxy.memory.jobs import MemoryJob, MemoryJobs, MemoryOp
 from proxy.memory.llm_gate import LlmMemoryGate
 from proxy.memory.model import run_memory_model
 from proxy.metrics import Metrics
+from proxy.stores.queue import Job
 from proxy.upstream import Upstream
 
 log = logging.getLogger("keel.memory")
+POLL_SECONDS = 1.0  # how often an idle worker looks for jobs another replica queued
+CONCURRENCY = 4  # jobs one process works on at once (each on another user's queue)
+
+
+class PermanentJobError(Exception):
+    """The job itself cannot be processed (unreadable, its tenant's memory is off): bury it now."""
+
+
+class LeaseLostError(Exception):
+    """Another worker owns the job now (this one was too slow to renew): leave it to them."""
 
 
 def memory_user(request: ChatRequest) -> str | None:
@@ -37,6 +56,11 @@ def memory_user(request: ChatRequest) -> str | None:
     if user is None:
         return None
     return f"{request.scope}/{user}" if request.scope else user
+
+
+def limits(tenant: TenantConfig) -> Limits:
+    cfg = tenant.memory
+    return Limits(cfg.max_entry_chars, cfg.max_entries, cfg.max_total_chars)
 
 
 class MemoryPlanner:
@@ -55,8 +79,7 @@ class MemoryPlanner:
             return request
         cfg = request.tenant.memory.gate
         window = list(request.client_messages[max(0, newest.index - cfg.context_messages) : newest.index + 1])
-        await self.jobs.enqueue({"tenant": request.tenant.id, "user": user, "chain_hash": newest.hash,
-                                 "window": window})
+        await self.jobs.enqueue(MemoryJob(request.tenant.id, user, newest.hash, window, time.time()))
         return request
 
 
@@ -67,8 +90,10 @@ class MemoryWorker:
         self.book, self.jobs, self.upstream, self.metrics = book, jobs, upstream, metrics
         self.lexical = LexicalMemoryGate()
         self.injected = gate  # a gate for every tenant (tests, embedding apps); else chosen by config
+        self.lease = config.store.job_lease_seconds
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def gate_for(self, tenant: TenantConfig) -> MemoryGate:
         if self.injected is not None:
@@ -78,35 +103,79 @@ class MemoryWorker:
         return self.lexical
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
+        self._tasks = [asyncio.create_task(self._loop()) for _ in range(CONCURRENCY)]
         self._wake.set()  # finish what a stopped process left
 
     def wake(self) -> None:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _loop(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
             try:
-                await self.run_pending()
-            except Exception:
-                log.exception("memory_worker_failed")
+                job = await self.jobs.queue.claim(self.owner, self.lease)
+            except Exception as exc:  # the store is down: try again after a pause
+                log.warning("memory_claim_failed", extra={"error": repr(exc)})
+                job = None
+            if job is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
+                continue
+            await self.run(job)
 
     async def run_pending(self) -> int:
+        """Work until no job is ready (tests and `keel` tools; the loops do this in the background)."""
         done = 0
-        for job in await self.jobs.pending():
-            tenant = self.tenants.get(job["tenant"])
-            if tenant is not None and tenant.memory.enabled:
-                await self.process(tenant, job)
-            await self.jobs.done(job["chain_hash"])
+        while (job := await self.jobs.queue.claim(self.owner, self.lease)) is not None:
+            await self.run(job)
             done += 1
         return done
+
+    async def run(self, job: Job) -> None:
+        """One job, under a lease renewed while it runs: completed, retried with backoff, or buried."""
+        renewing = asyncio.create_task(self._renew(job))
+        tenant_id = job.queue.split("/", 1)[0]
+        tenant = self.tenants.get(tenant_id)
+        queue = self.jobs.queue
+        try:
+            await self.handle(job)
+        except LeaseLostError:
+            log.warning("memory_job_lease_lost", extra={"job": job.id})
+        except PermanentJobError as exc:
+            await queue.bury(job, self.owner, str(exc))
+            self._count(tenant_id, "buried", exc)
+        except Exception as exc:
+            cfg = tenant.memory.jobs if tenant is not None else None
+            attempts = job.attempts + 1
+            if cfg is None or attempts >= cfg.max_attempts:
+                await queue.bury(job, self.owner, f"{attempts} attempts; last: {exc!r}"[:500])
+                self._count(tenant_id, "buried", exc)
+            else:
+                delay = min(cfg.backoff_seconds * 2 ** (attempts - 1), cfg.max_backoff_seconds)
+                await queue.retry(job, self.owner, delay, repr(exc)[:500])
+                self._count(tenant_id, "retried", exc)
+        else:
+            if await queue.complete(job, self.owner):
+                self._count(tenant_id, "completed")
+        finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
+
+    async def _renew(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            if not await self.jobs.queue.renew(job, self.owner, self.lease):
+                return
+
+    def _count(self, tenant: str, outcome: str, exc: BaseException | None = None) -> None:
+        self.metrics.memory_jobs.labels(tenant, outcome).inc()
+        if exc is not None:
+            log.warning(f"memory_job_{outcome}", extra={"tenant": tenant, "error": repr(exc)})
 
     def _price(self, tenant: TenantConfig, judgment: str, usage: Any) -> None:
         """Record a judgment's cost from tools.pricing (never mixed into a response's usage)."""
@@ -114,13 +183,31 @@ class MemoryWorker:
         if cost is not None:
             self.metrics.judgment_cost.labels(tenant.id, judgment).inc(cost)
 
-    async def process(self, tenant: TenantConfig, job: dict[str, Any]) -> None:
+    async def handle(self, job: Job) -> None:
+        try:
+            memory_job = MemoryJob.from_bytes(job.payload)
+        except Exception as exc:
+            raise PermanentJobError(f"unreadable job: {exc!r}") from exc
+        tenant = self.tenants.get(memory_job.tenant)
+        if tenant is None or not tenant.memory.enabled:
+            raise PermanentJobError(f"memory is off for tenant {memory_job.tenant!r}")
+        if memory_job.ops is None:  # not decided yet (a re-run reuses what a first run saved)
+            ops, gate = await self.decide(tenant, memory_job)
+            memory_job = memory_job.with_ops(ops, gate)
+            if not await self.jobs.queue.save(job, self.owner, memory_job.to_bytes()):
+                raise LeaseLostError(job.id)
+        await self.apply(tenant, memory_job)
+        self.metrics.memory_job_delay.labels(tenant.id).observe(max(0.0, time.time() - memory_job.queued_at))
+
+    async def decide(self, tenant: TenantConfig, job: MemoryJob) -> tuple[list[MemoryOp], str]:
+        """The gate's decision, and (when it says run, or fails) the memory model's operations."""
         cfg = tenant.memory
-        text, context = newest_window(job["window"], cfg.gate.context_messages)
+        text, context = newest_window(job.window, cfg.gate.context_messages)
         if not text:
-            return  # a window with no user message: nothing to judge, no request
-        memory = await self.book.entries(tenant.id, job["user"])
+            return [], "empty"  # a window with no user message: nothing to judge, no request
+        memory = await self.book.shown(tenant.id, job.owner, cfg.token_limit * 4)
         hint = None
+        decision = "run"
         if cfg.gate.enabled:
             try:
                 gate = self.gate_for(tenant)
@@ -132,26 +219,33 @@ class MemoryWorker:
             except Exception as exc:  # timeout, error, unparseable: the memory model runs as usual
                 log.warning("memory_gate_failed", extra={"tenant": tenant.id, "error": repr(exc)})
                 self.metrics.memory_gate.labels(tenant.id, "failed").inc()
+                decision = "failed"
             else:
                 if result.probability < cfg.gate.threshold:
                     self.metrics.memory_gate.labels(tenant.id, "skip").inc()
-                    return
+                    return [], "skip"
                 self.metrics.memory_gate.labels(tenant.id, "run").inc()
                 parts = [f"category: {result.category}"] if cfg.valid_keys and result.category else []
                 parts += ["this updates an existing entry"] if result.updates else []
                 hint = "; ".join(parts) or None
         try:
-            ops, usage = await run_memory_model(self.upstream, tenant, memory, job["window"], hint)
-        except Exception as exc:
-            log.warning("memory_model_failed", extra={"tenant": tenant.id, "error": repr(exc)})
+            ops, usage = await run_memory_model(self.upstream, tenant, memory, job.window, hint)
+        except Exception:
             self.metrics.memory_model_runs.labels(tenant.id, "failed").inc()
-            return
+            raise  # retried with backoff: the memory is not lost
         self.metrics.memory_model_runs.labels(tenant.id, "ok").inc()
         if isinstance(usage, dict):
             self.metrics.memory_tokens.labels(tenant.id).inc(usage.get("total_tokens", 0) or 0)
         self._price(tenant, "memory_model", usage)
-        for op, key, value in ops:
-            if op == "set" and (not cfg.valid_keys or key in cfg.valid_keys):
-                await self.book.put(tenant.id, job["user"], key, value)
-            elif op == "delete":
-                await self.book.delete(tenant.id, job["user"], key)
+        return [MemoryOp(op, key, value) for op, key, value in ops], decision
+
+    async def apply(self, tenant: TenantConfig, job: MemoryJob) -> None:
+        """Apply the saved operations: idempotent (the same job twice writes the same entries)."""
+        cfg = tenant.memory
+        for n, op in enumerate(job.ops or []):
+            at = job.queued_at + n * 1e-6
+            if op.op == "set" and (not cfg.valid_keys or op.key in cfg.valid_keys):
+                with contextlib.suppress(MemoryLimitError):  # refused, and audited as such
+                    await self.book.put(tenant.id, job.owner, op.key, op.value, limits(tenant), job.chain_hash, at)
+            elif op.op == "delete":
+                await self.book.delete(tenant.id, job.owner, op.key, job.chain_hash, at)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from proxy.stores import Store, StoreError
+from proxy.stores.queue import DeadJob, Job, JobQueue
 
 T = TypeVar("T")
 
@@ -125,5 +126,43 @@ class GuardedStore:
             self.breaker.success()
         return ok
 
+    def job_queue(self) -> GuardedJobQueue:
+        """The store's job queue, behind the same budget and breaker."""
+        return GuardedJobQueue(self.inner.job_queue(), self)  # type: ignore[attr-defined]
+
     async def close(self) -> None:
         await self.inner.close()
+
+
+class GuardedJobQueue:
+    """The JobQueue protocol through a GuardedStore's budget and breaker."""
+
+    def __init__(self, inner: JobQueue, guard: GuardedStore) -> None:
+        self.inner, self.guard = inner, guard
+
+    async def push(self, queue: str, job_id: str, payload: bytes) -> None:
+        await self.guard._call(lambda: self.inner.push(queue, job_id, payload))
+
+    async def claim(self, owner: str, lease: float) -> Job | None:
+        return await self.guard._call(lambda: self.inner.claim(owner, lease))
+
+    async def renew(self, job: Job, owner: str, lease: float) -> bool:
+        return await self.guard._call(lambda: self.inner.renew(job, owner, lease))
+
+    async def save(self, job: Job, owner: str, payload: bytes) -> bool:
+        return await self.guard._call(lambda: self.inner.save(job, owner, payload))
+
+    async def complete(self, job: Job, owner: str) -> bool:
+        return await self.guard._call(lambda: self.inner.complete(job, owner))
+
+    async def retry(self, job: Job, owner: str, delay: float, reason: str) -> bool:
+        return await self.guard._call(lambda: self.inner.retry(job, owner, delay, reason))
+
+    async def bury(self, job: Job, owner: str, reason: str) -> bool:
+        return await self.guard._call(lambda: self.inner.bury(job, owner, reason))
+
+    async def dead(self, queue_prefix: str = "", limit: int = 100) -> list[DeadJob]:
+        return await self.guard._call(lambda: self.inner.dead(queue_prefix, limit))
+
+    async def pending(self) -> int:
+        return await self.guard._call(self.inner.pending)
