@@ -9,6 +9,7 @@ breaks after its headers were sent ends with one SSE error event, never a hang.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.relay")
+_DONE_LINE = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\]")
 INSPECT_LIMIT = 4 * 1024 * 1024  # bytes of a JSON reply Keel holds to read it; beyond, it streams through unread
 
 HOP_BY_HOP = frozenset(
@@ -143,7 +145,7 @@ async def _stream(
             yield chunk
         if accounting is not None:
             accounting.finish()
-        if expect_done and b"[DONE]" not in tail and b'"error"' not in tail:
+        if expect_done and not _DONE_LINE.search(tail) and b'"error"' not in tail:
             raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may be cut short",
                                        code="upstream_stream_incomplete")
     except ProxyError as exc:
