@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -66,7 +67,8 @@ def upstream_path(scope: Mapping[str, Any]) -> str:
             break
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in decoded):
         raise BadRequestError("the path contains a control character", code="invalid_path")
-    if any(segment in (".", "..") for segment in decoded.replace("\\", "/").split("/")):
+    segments = decoded.replace("\\", "/").split("/")
+    if any(re.split(r"[;?#]", segment, maxsplit=1)[0] in (".", "..") for segment in segments):  # `..;x` too
         raise BadRequestError("the path may not contain '.' or '..' segments", code="invalid_path")
     return text.removeprefix("/v1/")
 
@@ -179,7 +181,8 @@ class Keel:
             query = request.scope.get("query_string", b"")
             if query:
                 url += "?" + query.decode("latin-1")
-            headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid)
+            headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid,
+                                       caller.upstream_api_key)
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
 
             async def send(content: bytes | None) -> UpstreamResponse:

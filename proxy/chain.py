@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.context.sections import mask
+from proxy.context.sections import mask_clock
 from proxy.jsontext import canonical
 
 CONTEXT_ROLES = frozenset({"system", "developer"})
@@ -43,8 +43,10 @@ def chain_seed(tenant: str, user: str | None, conversation: str | None, *, scope
 
 
 class ContextDigests:
-    """The digest of a system prompt with its timestamps masked, computed once per distinct
-    prompt (masking a long prompt costs milliseconds; hashing it, microseconds)."""
+    """The digest of a system prompt with its clock readings masked, computed once per distinct
+    prompt (masking a long prompt costs milliseconds; hashing it, microseconds). Only a ticking
+    clock is masked: anything else that differs (a date of birth, a phone number) is another
+    conversation."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
@@ -56,7 +58,7 @@ class ContextDigests:
         exact = hashlib.blake2b(text.encode(), digest_size=16).digest()
         found = self._known.get(exact)
         if found is None:
-            found = self._known[exact] = _digest(b"context", mask(text).encode())
+            found = self._known[exact] = _digest(b"context", mask_clock(text).encode())
             if len(self._known) > self._size:
                 self._known.popitem(last=False)
         return found

@@ -108,7 +108,7 @@ class StoreConfig(_Model):
     conversation_ttl_seconds: int = Field(30 * 24 * 3600, gt=0, description="TTL of turn records and anchors")
     job_lease_seconds: float = Field(30.0, gt=0, description="a worker's hold on a user's memory queue, renewed "
                                      "while it works; a replica that dies loses it after this")
-    budget_ms: int = Field(100, ge=1, description="time one store call may take on the request path; slower "
+    budget_ms: int = Field(250, ge=1, description="time one store call may take on the request path; slower "
                            "calls fail open, and after 3 failures in a row the store is bypassed (passthrough) "
                            "until a probe succeeds")
 

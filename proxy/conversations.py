@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy import jsontext
 from proxy.chain import Chain
 from proxy.stores import Store, key
+
+D = TypeVar("D")
+
+
+def _known_fields(cls: type[D], data: dict[str, Any]) -> D:
+    """A dataclass from stored fields, ignoring ones this version does not know (state written by a
+    newer or older Keel is read, never a failed turn)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -40,26 +49,31 @@ class TurnRecord:
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> TurnRecord:
-        return cls(**jsontext.loads(raw))
+        return _known_fields(cls, jsontext.loads(raw))
 
 
 @dataclass(frozen=True)
 class SegmentAnchor:
-    """The frozen front of a segment: system prompt and Keel's context state (the frozen tool
-    block is the tool planner's, under its own key)."""
+    """The frozen front of a segment: the client's leading system/developer messages as they
+    were sent at its start (key order, unknown fields, content parts and their cache_control
+    kept), Keel's own context then (date, memory), and the context state the model knows from
+    them (the frozen tool block is the tool planner's, under its own key)."""
 
     segment: str
     conversation: str
-    system: Any = None
+    front: list[dict[str, Any]] = field(default_factory=list)
+    date: str | None = None
+    memory: dict[str, str] = field(default_factory=dict)
     context_state: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    system: str | None = None  # written by Keel before `front`: the whole frozen system text
 
     def to_bytes(self) -> bytes:
         return jsontext.dumps(asdict(self))
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> SegmentAnchor:
-        return cls(**jsontext.loads(raw))
+        return _known_fields(cls, jsontext.loads(raw))
 
 
 class TurnKind(StrEnum):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -30,8 +31,15 @@ class Caller:
     upstream_authorization: str | None  # the header value to send upstream
     admin: bool = False  # may manage any user's memory in its tenant
     keyed: bool = False  # authenticated by a Keel key (not a passthrough tenant's own provider key)
-    scope: str = ""  # passthrough: a digest of the caller's credential, in every key of its state
+    scope: str = ""  # a digest of the caller's credentials: part of every conversation's seed
     bound_user: str | None = None  # a user key: the one end user it acts as
+    upstream_api_key: str | None = None  # passthrough: the client's own x-api-key, forwarded
+
+    @property
+    def memory_scope(self) -> str:
+        """What separates memory beyond tenant and user: a passthrough caller's credentials (a
+        provider key proves nothing about who the user is); a Keel key's tenant is enough."""
+        return "" if self.keyed else self.scope
 
 
 def credential_scope(credential: str) -> str:
@@ -39,11 +47,20 @@ def credential_scope(credential: str) -> str:
     return hashlib.blake2b(credential.encode(), digest_size=12, person=b"keel-scope").hexdigest() if credential else ""
 
 
+_BEARER = re.compile(r"^\s*bearer\s+(\S+)\s*$", re.IGNORECASE)
+_WORDS = re.compile(r"[\s:,;=]+")
+
+
 class Authenticator:
-    """Maps a request's key to its tenant; every configured digest is compared in constant time."""
+    """Maps a request's key to its tenant; every configured digest is compared in constant time.
+
+    A Keel key is `Authorization: Bearer <key>` or `x-api-key: <key>`. A request that carries
+    no Keel key goes to a passthrough tenant (named by `X-Keel-Tenant`, or the default) with its
+    own credentials forwarded, unless anything in them is, or looks like, a Keel key: that is a
+    401, never a Keel key sent to a provider."""
 
     def __init__(self, tenants: tuple[TenantConfig, ...], keel_key_prefixes: tuple[str, ...] = ()) -> None:
-        self._prefixes = keel_key_prefixes
+        self._prefixes = tuple(p.lower() for p in keel_key_prefixes)
         self._keyed = [(digest, t, False) for t in tenants for digest in t.auth.key_digests()]
         self._keyed += [(digest, t, True) for t in tenants for digest in t.auth.key_digests(admin=True)]
         self._bound = [(digest, t, u.user) for t in tenants for u in t.auth.user_keys for digest in key_digests((u.key,))]
@@ -56,37 +73,45 @@ class Authenticator:
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller:
         authorization = headers.get("authorization", "")
-        token = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
-        if not token:
-            token = headers.get("x-api-key", "").strip()  # Anthropic-style clients
+        api_key = headers.get("x-api-key", "").strip()  # Anthropic-style clients
+        bearer = _BEARER.match(authorization)
+        token = bearer.group(1) if bearer else ("" if authorization.strip() else api_key)
         named = headers.get("x-keel-tenant")
-        if named is not None:
-            tenant = self._by_id.get(named)
-            if tenant is not None and tenant.auth.passthrough and not self._looks_like_keel_key(token):
-                return Caller(tenant, authorization or None, scope=credential_scope(token))
         if token:
-            digest = hashlib.sha256(token.encode()).digest()
-            match: tuple[TenantConfig, bool] | None = None
-            for candidate, tenant, admin in self._keyed:
-                if hmac.compare_digest(candidate, digest) and match is None:
-                    match = (tenant, admin)
-            if match is not None:
-                return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True)
-            bound: tuple[TenantConfig, str] | None = None
-            for candidate, tenant, user in self._bound:
-                if hmac.compare_digest(candidate, digest) and bound is None:
-                    bound = (tenant, user)
-            if bound is not None:
-                return Caller(bound[0], self._upstream_auth(bound[0]), keyed=True, bound_user=bound[1])
-        if named is None and self._default is not None and not self._looks_like_keel_key(token):
-            return Caller(self._default, authorization or None, scope=credential_scope(token))
-        if not token:
+            found = self._keel_key(token)
+            if found is not None:
+                return found
+        passthrough = self._by_id.get(named) if named is not None else self._default
+        if passthrough is not None and passthrough.auth.passthrough and not self._carries_keel_key(authorization,
+                                                                                                  api_key):
+            scope = credential_scope(authorization + "\x00" + api_key)
+            return Caller(passthrough, authorization or None, scope=scope, upstream_api_key=api_key or None)
+        if not token and not authorization.strip():
             raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
         raise AuthenticationError("incorrect API key provided")
 
-    def _looks_like_keel_key(self, token: str) -> bool:
-        """A mistyped or revoked Keel key must never be forwarded upstream as a provider key."""
-        return bool(token) and token.startswith(self._prefixes)
+    def _keel_key(self, token: str) -> Caller | None:
+        digest = hashlib.sha256(token.encode()).digest()
+        match: tuple[TenantConfig, bool] | None = None
+        for candidate, tenant, admin in self._keyed:
+            if hmac.compare_digest(candidate, digest) and match is None:
+                match = (tenant, admin)
+        if match is not None:
+            return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True, scope=credential_scope(token))
+        bound: tuple[TenantConfig, str] | None = None
+        for candidate, tenant, user in self._bound:
+            if hmac.compare_digest(candidate, digest) and bound is None:
+                bound = (tenant, user)
+        if bound is not None:
+            return Caller(bound[0], self._upstream_auth(bound[0]), keyed=True, bound_user=bound[1],
+                          scope=credential_scope(token))
+        return None
+
+    def _carries_keel_key(self, authorization: str, api_key: str) -> bool:
+        """Is any word of these credentials a Keel key, or shaped like one (a mistyped or revoked
+        key, in any scheme or case)? Such credentials are never forwarded upstream."""
+        words = [w for w in (*_WORDS.split(authorization), *_WORDS.split(api_key), authorization.strip(), api_key) if w]
+        return any(w.lower().startswith(self._prefixes) or self._keel_key(w) is not None for w in words)
 
 
 @dataclass(frozen=True)
@@ -102,7 +127,8 @@ class ChatRequest:
     body: dict[str, Any]
     headers: Mapping[str, str]
     request_id: str
-    scope: str = ""  # the caller's credential digest (passthrough tenants), see `Caller.scope`
+    scope: str = ""  # the caller's credential digest, see `Caller.scope`
+    memory_scope: str = ""  # see `Caller.memory_scope`
     bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
     plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
     client_messages: tuple[dict[str, Any], ...] = ()  # the client's own message objects, as parsed
@@ -149,8 +175,14 @@ class ChatRequest:
 
     @property
     def context_text(self) -> str:
-        """The client's system and developer messages, joined: context, not chain links."""
-        return "\n\n".join(message_text(m) for m in self.messages if m.get("role") in CONTEXT_ROLES)
+        """The system and developer messages that open the conversation, joined: context, not
+        chain links (later system messages stay in place and are not frozen)."""
+        out = []
+        for message in self.messages:
+            if message.get("role") not in CONTEXT_ROLES:
+                break
+            out.append(message_text(message))
+        return "\n\n".join(out)
 
     def chain_seed(self, context_digest: str) -> str:
         """Whose conversation this is (see `proxy.chain`); `context_digest` is the masked
@@ -200,7 +232,8 @@ def parse_chat(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str)
         raise BadRequestError("'messages' must be a list of message objects", param="messages")
     if not all(isinstance(m, dict) for m in messages):
         raise BadRequestError("every entry of 'messages' must be an object", param="messages")
-    request = ChatRequest(caller.tenant, raw, body, headers, rid, caller.scope, client_messages=tuple(messages))
+    request = ChatRequest(caller.tenant, raw, body, headers, rid, caller.scope, caller.memory_scope,
+                          client_messages=tuple(messages))
     if caller.bound_user is not None:
         claimed = request.end_user
         if claimed is not None and claimed != caller.bound_user:

@@ -80,8 +80,8 @@ def loads(raw: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         if "depth" in str(exc).lower() or "recursion" in str(exc).lower():
             raise UnreadableJsonError(str(exc)) from None
-        if "number" not in str(exc).lower():
-            raise
+        # anything else orjson refuses (a huge number, a lone surrogate escape, a BOM) the standard
+        # library may still read; what it cannot read either is not JSON
     else:
         if faithful(raw, value):
             return value
@@ -95,7 +95,7 @@ def loads(raw: bytes) -> Any:
 
 def _int(text: str) -> int:
     value = int(text)
-    return JsonInt(text) if not -(2**63) <= value < 2**64 else value
+    return JsonInt(text) if not -(2**63) <= value < 2**64 or str(value) != text else value  # big, or -0
 
 
 def _fragment(value: Any) -> Any:

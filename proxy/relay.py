@@ -38,11 +38,14 @@ _CLIENT_ONLY = frozenset({"authorization", "x-api-key", "x-keel-tenant", "x-keel
 
 
 def upstream_headers(
-    client: Mapping[str, str], authorization: str | None, extra: Mapping[str, str], request_id: str
+    client: Mapping[str, str], authorization: str | None, extra: Mapping[str, str], request_id: str,
+    api_key: str | None = None,
 ) -> dict[str, str]:
     headers = {k: v for k, v in client.items() if k not in HOP_BY_HOP and k not in _CLIENT_ONLY}
     if authorization:
         headers["authorization"] = authorization
+    if api_key:
+        headers["x-api-key"] = api_key
     headers.update(extra)
     headers["x-request-id"] = request_id
     return headers

@@ -15,12 +15,13 @@ log = logging.getLogger("keel.tokens")
 
 
 class TokenCounter:
-    def __init__(self, encoding: str = "o200k_base", cache_size: int = 50_000) -> None:
+    def __init__(self, encoding: str = "o200k_base", cache_chars: int = 4_000_000) -> None:
         self.encoding_name = encoding
         self._encoding: Any = None
         self._loaded = False
         self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache_chars = cache_chars  # bounded by the texts' size, not their number
+        self._cached_chars = 0
 
     @property
     def exact(self) -> bool:
@@ -50,10 +51,17 @@ class TokenCounter:
             ids = tuple(encoding.encode(text, disallowed_special=()))
         else:
             ids = tuple(hash(text[i : i + 4]) & 0xFFFFFF for i in range(0, len(text), 4))
-        self._cache[text] = ids
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        if len(text) <= self._cache_chars // 8:
+            self._cache[text] = ids
+            self._cached_chars += len(text)
+            while self._cached_chars > self._cache_chars:
+                dropped, _ = self._cache.popitem(last=False)
+                self._cached_chars -= len(dropped)
         return ids
 
     def count(self, text: str) -> int:
-        return len(self.encode(text))
+        """How many tokens (not cached: callers keep counts of what they count often)."""
+        encoding = self._load()
+        if encoding is None:
+            return (len(text) + 3) // 4
+        return len(encoding.encode(text, disallowed_special=()))

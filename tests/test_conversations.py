@@ -131,10 +131,10 @@ async def test_client_conversation_id_separates_identical_chats(convs: Conversat
 
 async def test_anchor_first_writer_wins(convs: Conversations) -> None:
     chain = build_chain(chain_seed("acme", "alice", None), [u("hi")])
-    assert await convs.write_anchor(chain, SegmentAnchor("seg", "conv", system="v1"))
-    assert not await convs.write_anchor(chain, SegmentAnchor("seg", "conv", system="v2"))
+    assert await convs.write_anchor(chain, SegmentAnchor("seg", "conv", date="v1"))
+    assert not await convs.write_anchor(chain, SegmentAnchor("seg", "conv", date="v2"))
     anchor = await convs.read_anchor(chain, "seg")
-    assert anchor is not None and anchor.system == "v1"
+    assert anchor is not None and anchor.date == "v1"
 
 
 async def _two_processes(a_store: Store, b_store: Store) -> None:

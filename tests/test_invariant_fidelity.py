@@ -121,3 +121,29 @@ def test_too_deep_body_is_forwarded_as_sent(keel_on: ServerThread, upstream: Any
     response = send(keel_on, deep)
     assert response.status_code == 200
     assert forwarded(upstream[0]) == deep
+
+
+def test_system_message_keeps_its_parts_fields_and_breakpoints(upstream: Any,
+                                                                start_keel: Callable[..., ServerThread]) -> None:
+    """The frozen front is the client's own system message: its content parts, a cache_control the
+    client set (with its ttl), unknown fields and key order; Keel's context is a part after them."""
+    anthropic = tenant(upstream[1].url + "/v1", **FEATURES)
+    anthropic["upstream"]["kind"] = "anthropic-compatible"
+    keel = start_keel(keel_config(anthropic))
+    system = {"content": [{"type": "text", "text": "You are terse. " * 200,
+                           "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+                          {"type": "text", "text": "Second part."}], "role": "system", "x_msg_unknown": 1.10}
+    body = numbers(jsontext.dumps({"model": "m", "messages": [system, {"role": "user", "content": "hi"}]}))
+    assert send(keel, body.replace(b"1.1,", b"1.10,").replace(b"1.1}", b"1.10}")).status_code == 200
+    sent = forwarded(upstream[0])
+    front = orjson.loads(sent)["messages"][0]
+    assert list(front) == ["content", "role", "x_msg_unknown"] and b'"x_msg_unknown":1.10' in sent
+    assert front["content"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert front["content"][1] == {"type": "text", "text": "Second part."}
+    assert front["content"][2]["text"].startswith("<keel_context>")
+    assert b'"ttl":"1h"' in sent and sent.count(b'"cache_control"') == 1, "the client's own breakpoint, alone"
+
+
+def test_minus_zero_keeps_its_sign(keel_on: ServerThread, upstream: Any) -> None:
+    assert send(keel_on, body_bytes()[:-1] + b',"x_zero":-0}').status_code == 200
+    assert b'"x_zero":-0' in forwarded(upstream[0])

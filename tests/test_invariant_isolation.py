@@ -199,3 +199,49 @@ def test_passthrough_keys_do_not_share_conversations(standin: ServerThread,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hello!"}]
         }).raise_for_status()
     assert "evil.example" not in orjson.dumps(standin.app.state.standin.requests[-1]).decode()
+
+
+def test_system_prompts_differing_in_personal_data_do_not_share(standin: ServerThread,
+                                                                 start_keel: Callable[..., ServerThread]) -> None:
+    """Only a ticking clock is masked for identity: prompts that differ in a phone number or a
+    date of birth (which the section diff treats as timestamps) are two conversations."""
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True})))
+    for phone, born, now in (("4155550123", "1981-02-03", "10:00:01"), ("2125550199", "1990-07-08", "10:00:02")):
+        httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"}, json={
+            "model": "m", "messages": [
+                {"role": "system", "content": f"Customer phone: {phone}. Customer DOB: {born}. Now: {now}"},
+                {"role": "user", "content": "hi, what is my phone number?"}]}).raise_for_status()
+        sent = orjson.dumps(standin.app.state.standin.requests[-1]).decode()
+        assert phone in sent and born in sent
+
+
+def test_one_tenant_key_never_meets_another_keys_conversation(standin: ServerThread,
+                                                             start_keel: Callable[..., ServerThread]) -> None:
+    """Two keys of one tenant reusing a conversation id ("1") under different system prompts:
+    each key's requests carry only its own prompt (the key's digest joins the seed)."""
+    second = "sk-keel-second"
+    acme = tenant(standin.url + "/v1", context={"stable": True})
+    acme["auth"] = {"keys": [f"sha256:{KEY_DIGEST}", f"sha256:{__import__('hashlib').sha256(second.encode()).hexdigest()}"]}
+    keel = start_keel(keel_config(acme))
+    for key, name in ((KEY, "ALICE"), (second, "BOB")):
+        httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {key}",
+                                                               "x-keel-conversation": "1"}, json={
+            "model": "m", "messages": [{"role": "system", "content": f"You assist {name}."},
+                                       {"role": "user", "content": "hello"}]}).raise_for_status()
+    assert "ALICE" not in orjson.dumps(standin.app.state.standin.requests[-1]).decode()
+
+
+@pytest.mark.parametrize("scheme", ["Basic", "Token", ""])
+def test_passthrough_credentials_of_any_scheme_are_separated(standin: ServerThread,
+                                                             start_keel: Callable[..., ServerThread],
+                                                             scheme: str) -> None:
+    """A passthrough caller's scope is its whole credential, whatever the scheme."""
+    byo = {"id": "byo", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"},
+           "context": {"stable": True}}
+    keel = start_keel(keel_config(byo))
+    for who, secret in (("alice-provider-key-AAAA", "1111111111"), ("bob-provider-key-BBBB", "2222222222")):
+        httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"{scheme} {who}".strip()}, json={
+            "model": "m", "metadata": {"conversation_id": "c1"}, "messages": [
+                {"role": "system", "content": f"Secret of this account: {secret}"},
+                {"role": "user", "content": "Hello!"}]}).raise_for_status()
+    assert "1111111111" not in orjson.dumps(standin.app.state.standin.requests[-1]).decode()

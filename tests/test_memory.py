@@ -123,6 +123,22 @@ def test_memory_change_arrives_as_context_update(standin: ServerThread,
     assert "Memory entry added: editor: my editor is helix" in sent["messages"][-1]["content"]
 
 
+def test_memory_off_for_a_request_keeps_memory_out(standin: ServerThread,
+                                                   start_keel: Callable[..., ServerThread]) -> None:
+    """X-Keel-Memory: off: the request carries none of the user's memory, even in a segment whose
+    frozen front was written with it, and queues no job."""
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
+    headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "eve"}
+    assert httpx.put(keel.url + "/v1/keel/memory/city", json={"value": "Lisbon"}, headers=headers).status_code == 200
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    first = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+    assert "Lisbon" in str(standin.app.state.standin.requests[-1]["messages"][0])
+    history += [first.json()["choices"][0]["message"], {"role": "user", "content": "incognito now"}]
+    httpx.post(keel.url + "/v1/chat/completions", headers={**headers, "x-keel-memory": "off"},
+               json={"model": "m", "messages": history})
+    assert "Lisbon" not in str(standin.app.state.standin.requests[-1])
+
+
 def test_regeneration_is_not_judged_again(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
     headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "cy"}

@@ -264,9 +264,55 @@ async def test_deleted_sqlite_file_is_recreated(tmp_path: Path) -> None:
 
 
 def test_catalog_cache_is_bounded_by_bytes() -> None:
-    """Distinct large catalogs evict each other by estimated size, not only by count."""
-    cache = CatalogCache(TokenCounter(), size=64, max_bytes=2_000_000)
-    for n in range(6):
-        tools = [tool(f"t{n}_{i}", "x" * 400, a="string") for i in range(300)]  # ~0.6 MB estimated each
-        assert cache.get(tools) is not None
-    assert len(cache._catalogs) <= 4 and cache._bytes <= 2_000_000
+    """Distinct large catalogs evict each other by estimated size, not only by count, and an
+    evicted catalog's per-tool entries go with it."""
+    cache = CatalogCache(TokenCounter(), size=64, max_bytes=10_000_000)
+    sizes = []
+    for n in range(8):
+        tools = [tool(f"t{n}_{i}", "x" * 400, a="string") for i in range(300)]
+        catalog = cache.get(tools)
+        assert catalog is not None
+        sizes.append(sum(e.chars for e in catalog.entries) * cache.BYTES_PER_SCHEMA_BYTE)
+    assert 2_000_000 < sizes[0] < 5_000_000
+    assert len(cache._catalogs) <= 4 and cache._bytes <= 10_000_000
+    assert len(cache._entries) == 300 * len(cache._catalogs)
+
+
+@pytest.mark.parametrize("authorization", ["keel-x", "Bearer\tsk-keel-test", "Token sk-keel-test", "Bearer:sk-keel-test",
+                                           "Bearer SK-KEEL-typo", "Bearer Keel-acme-1x"])
+def test_keel_keys_in_any_form_are_never_forwarded(start_keel: Callable[..., ServerThread], authorization: str) -> None:
+    """A Keel key (or a Keel-looking token) in any scheme, case or spacing is not a provider key."""
+    recorder = Recorder()
+    with ServerThread(recorder) as upstream:
+        byo = {"id": "byo", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": upstream.url}}
+        keel = start_keel(keel_config(tenant(upstream.url), byo))
+        response = httpx.get(keel.url + "/v1/models", headers={"authorization": authorization})
+    assert response.status_code in (200, 401)
+    assert all(KEY not in str(r.headers) and "keel" not in str(r.headers).lower() for r in recorder.received)
+    if "sk-keel-test" in authorization and authorization.lower().startswith("bearer\t"):
+        assert response.status_code == 200, "a tab after Bearer is still the Keel key"
+
+
+def test_passthrough_x_api_key_is_forwarded(start_keel: Callable[..., ServerThread]) -> None:
+    """A passthrough caller authenticating with x-api-key (Anthropic style) keeps it upstream."""
+    recorder = Recorder()
+    with ServerThread(recorder) as upstream:
+        byo = {"id": "byo", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": upstream.url}}
+        keel = start_keel(keel_config(byo))
+        assert httpx.get(keel.url + "/v1/models", headers={"x-api-key": "sk-ant-provider"}).status_code == 200
+    assert recorder.received[0].headers["x-api-key"] == "sk-ant-provider"
+
+
+@pytest.mark.parametrize("path", ["/v1/..;/admin", "/v1/models/%2e%2e%3fq=1", "/v1/a/..%3Bx/b"])
+def test_dot_segments_with_parameters_are_refused(recorded: tuple[Recorder, ServerThread], path: str) -> None:
+    recorder, keel = recorded
+    reply = raw_http(keel.port, f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                                "Connection: close\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 400") and recorder.received == []
+
+
+def test_stream_with_done_but_no_finish_reason_is_complete(start_keel: Callable[..., ServerThread]) -> None:
+    """An upstream that ends with [DONE] but never says finish_reason has answered: not an error."""
+    events = [*sse(delta(role="assistant", content=""), delta(content="Hello")), b"data: [DONE]\n\n"]
+    received = stream_through(start_keel, [(200, b"text/event-stream", events, [])], TOOLS_ON)
+    assert received.endswith(b"data: [DONE]\n\n") and b'"error"' not in received

@@ -39,13 +39,43 @@ def _zone(request: ChatRequest) -> ZoneInfo:
     return ZoneInfo("UTC")
 
 
-def anchor_system(client_system: str, date: str | None, memory: dict[str, str] | None = None) -> str:
-    """The frozen system prompt: the client's, then Keel's own context (the date, the user's memory)."""
+def keel_context(date: str | None, memory: dict[str, str] | None) -> str:
+    """Keel's own context in the frozen front: the date, the user's memory."""
     parts = [f"Current date: {date}"] if date else []
     if memory:
         parts.append("<memory>\n" + "\n".join(f"- {k}: {v}" for k, v in sorted(memory.items())) + "\n</memory>")
-    keel = "<keel_context>\n" + "\n".join(parts) + "\n</keel_context>" if parts else ""
-    return "\n\n".join(part for part in (client_system, keel) if part)
+    return "<keel_context>\n" + "\n".join(parts) + "\n</keel_context>" if parts else ""
+
+
+def leading_context(messages: list[dict[str, Any]]) -> int:
+    """How many messages open the conversation as context (system/developer): the frozen front.
+    Later system messages stay where the client put them."""
+    for i, message in enumerate(messages):
+        if message.get("role") not in CONTEXT_ROLES:
+            return i
+    return len(messages)
+
+
+def render_front(anchor: SegmentAnchor, with_memory: bool = True) -> list[dict[str, Any]]:
+    """The anchor's front as sent upstream: the client's messages as they were at the segment's
+    start, Keel's context appended to the last of them (a new text part after the client's own
+    parts, so a breakpoint the client set still ends its own prefix)."""
+    if anchor.system is not None and not anchor.front:  # an anchor written before fronts were kept
+        return [{"role": "system", "content": anchor.system}]
+    extra = keel_context(anchor.date, anchor.memory if with_memory else None)
+    front = list(anchor.front)
+    if not extra:
+        return front
+    if not front:
+        return [{"role": "system", "content": extra}]
+    last = front[-1]
+    content = last.get("content")
+    if isinstance(content, list):
+        front[-1] = {**last, "content": [*content, {"type": "text", "text": extra}]}
+    else:
+        text = content if isinstance(content, str) else ""
+        front[-1] = {**last, "content": f"{text}\n\n{extra}" if text else extra}
+    return front
 
 
 def known_state(location: Location, anchor: SegmentAnchor) -> State:
@@ -76,13 +106,15 @@ class ContextPlanner:
         now = datetime.fromtimestamp(self.clock(), _zone(request))
         date = now.strftime("%Y-%m-%d (%A)") if cfg.date else None
         messages = request.body["messages"]
-        systems = [m for m in messages if m.get("role") in CONTEXT_ROLES]
-        client_system = "\n\n".join(message_text(m) for m in systems)
+        leading = leading_context(messages)
+        client_system = "\n\n".join(message_text(m) for m in messages[:leading])
         user = memory_user(request) if self.memory is not None else None
         memory = (await self.memory.shown(request.tenant.id, user, request.tenant.memory.token_limit * 4)
                   if self.memory is not None and user else None)
         current = sample(client_system, date, memory)
-        anchor, lost = await self._anchor(location, client_system, date, current, now.timestamp())
+        anchor, lost = await self._anchor(location, messages[:leading], date, current, now.timestamp())
+        if user is None and request.tenant.memory.enabled:  # memory switched off for this request
+            current = {**current, "memory": known_state(location, anchor).get("memory") or {}}
 
         updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
         newest = location.chain.newest_user
@@ -93,14 +125,12 @@ class ContextPlanner:
             if update:
                 updates[newest.hash] = update
             fields = {"context_update": update, "context_state": current}
-        role = systems[0]["role"] if systems else "system"
-        front = [{"role": role, "content": anchor.system}] if anchor.system else []
-        rest = [m for m in messages if m.get("role") not in CONTEXT_ROLES]
-        rendered, request = prepend_updates(request, rest, updates)
+        front = render_front(anchor, with_memory=user is not None or not request.tenant.memory.enabled)
+        rendered, request = prepend_updates(request, messages[leading:], updates)
         planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(**fields)
         return planned.with_note(anchor_lost=lost) if lost else planned
 
-    async def _anchor(self, location: Location, client_system: str, date: str | None, state: State,
+    async def _anchor(self, location: Location, front: list[dict[str, Any]], date: str | None, state: State,
                       created: float) -> tuple[SegmentAnchor, bool]:
         """The segment's anchor, and whether it had been lost (re-anchoring costs the cache once)."""
         lost = False
@@ -110,8 +140,8 @@ class ContextPlanner:
                 return stored, False
             lost = True
             log.info("anchor_lost", extra={"segment": location.segment})
-        system = anchor_system(client_system, date, state.get("memory"))
-        anchor = SegmentAnchor(location.segment, location.conversation, system, state, created)
+        anchor = SegmentAnchor(location.segment, location.conversation, list(front), date,
+                               dict(state.get("memory") or {}), state, created)
         if await self.conversations.write_anchor(location.chain, anchor):
             return anchor, lost
         return await self.conversations.read_anchor(location.chain, location.segment) or anchor, lost

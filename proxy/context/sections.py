@@ -31,6 +31,14 @@ TIMESTAMP = re.compile(
     )
 )
 
+# Only a ticking clock: a time of day to the second, or an ISO datetime's time. Dates, bare
+# numbers and weekdays stay: two system prompts that differ in a birthdate or a phone number
+# are two conversations (`proxy.chain` seeds with this mask, never with `mask`).
+CLOCK = re.compile(
+    r"(?<=\d{4}-\d{2}-\d{2}[T ])\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2}))?"
+    r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?:\s?[AaPp]\.?[Mm]\.?)?(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2}))?"
+)
+
 _TAG = re.compile(r"<([A-Za-z][\w.-]*)(?:\s[^<>]*)?>.*?</\1\s*>", re.DOTALL)
 _HEADING = re.compile(r"^#{1,6}\s+\S.*$", re.MULTILINE)
 
@@ -38,6 +46,11 @@ _HEADING = re.compile(r"^#{1,6}\s+\S.*$", re.MULTILINE)
 def mask(text: str) -> str:
     """The text with every timestamp replaced by a placeholder."""
     return TIMESTAMP.sub("<time>", text)
+
+
+def mask_clock(text: str) -> str:
+    """The text with only its clock readings (time of day to the second) masked."""
+    return CLOCK.sub("<clock>", text)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def memory_user(request: ChatRequest) -> str | None:
     user = request.end_user
     if user is None:
         return None
-    return f"{request.scope}/{user}" if request.scope else user
+    return f"{request.memory_scope}/{user}" if request.memory_scope else user
 
 
 def limits(tenant: TenantConfig) -> Limits:

@@ -30,12 +30,9 @@ class ToolEntry:
     tool: dict[str, Any]  # as the client sent it (key order kept: property order is meaningful)
     description: str
     server: str | None  # "github" for "github__create_branch"
-    canonical: bytes = field(repr=False)  # the schema's bytes (sorted keys): its cache key
+    digest: bytes = field(repr=False)  # of the schema's bytes as written: its cache key
+    chars: int  # the schema's length as JSON
     terms: dict[str, float] = field(repr=False, compare=False)  # BM25 term frequencies
-
-    @property
-    def chars(self) -> int:
-        return len(self.canonical)
 
     def brief(self) -> dict[str, Any]:
         """Name, description and parameters: how a search answer or a tools update shows the tool."""
@@ -98,7 +95,7 @@ def _server(name: str) -> str | None:
     return None
 
 
-def tool_entry(tool: dict[str, Any], canonical: bytes) -> ToolEntry:
+def tool_entry(tool: dict[str, Any], written: bytes) -> ToolEntry:
     """Everything derived from one tool schema (computed once per distinct schema)."""
     fn = tool.get("function") or {}
     name = str(fn.get("name", ""))
@@ -111,8 +108,12 @@ def tool_entry(tool: dict[str, Any], canonical: bytes) -> ToolEntry:
             param_text.append(pname)
             if isinstance(spec, dict) and isinstance(spec.get("description"), str):
                 param_text.append(spec["description"][:200])
-    return ToolEntry(name, tool, description, _server(name), canonical,
+    return ToolEntry(name, tool, description, _server(name), _digest(written), len(written),
                      term_frequencies(name, description, " ".join(param_text)))
+
+
+def _digest(written: bytes) -> bytes:
+    return blake3(written).digest()[:16]
 
 
 def build_catalog(key: str, tools: Sequence[dict[str, Any]],
@@ -123,9 +124,10 @@ def build_catalog(key: str, tools: Sequence[dict[str, Any]],
     entries = []
     for tool in tools:
         written = jsontext.dumps(tool)
-        entry = known.get(written)
+        digest = _digest(written)
+        entry = known.get(digest)
         if entry is None:
-            entry = known[written] = tool_entry(tool, jsontext.canonical(tool))
+            entry = known[digest] = tool_entry(tool, written)
         entries.append(entry)
     by_name = {e.name: i for i, e in enumerate(entries)}
     names = sorted((n for n in by_name if n), key=len, reverse=True)
@@ -139,22 +141,24 @@ def build_catalog(key: str, tools: Sequence[dict[str, Any]],
 
 class CatalogCache:
     """Catalogs by content hash (LRU, bounded by count and by estimated bytes), and per-schema
-    derived data (entries, index terms, token counts) by the schema's bytes, so a catalog that
-    changes by one tool re-derives one tool. A large new catalog is built on a worker thread
+    derived data (entries, index terms, token counts) by the schema's digest, shared by the
+    cached catalogs that hold it, so a catalog that changes by one tool re-derives one tool and
+    an evicted catalog frees what only it held. A large new catalog is built on a worker thread
     (`get_async`), so the event loop keeps serving other requests meanwhile."""
 
-    BYTES_PER_SCHEMA_BYTE = 4  # entry, index terms and postings, measured roughly against RSS
+    # Measured with tracemalloc on the 208-tool agent catalog: entries, index terms, postings,
+    # the name pattern and the client's own tool objects come to about 16 bytes per schema byte.
+    BYTES_PER_SCHEMA_BYTE = 16
     OFF_LOOP_TOOLS = 300  # catalogs with more tools are hashed and built off the event loop
 
-    def __init__(self, tokens: TokenCounter, size: int = 64, tool_size: int = 10_000,
-                 max_bytes: int = 128 * 1024 * 1024) -> None:
+    def __init__(self, tokens: TokenCounter, size: int = 64, max_bytes: int = 96 * 1024 * 1024) -> None:
         self.tokens = tokens
         self._size = size
-        self._tool_size = tool_size
         self._max_bytes = max_bytes
         self._bytes = 0
         self._catalogs: OrderedDict[str, tuple[Catalog, int]] = OrderedDict()
-        self._entries: dict[bytes, ToolEntry] = {}
+        self._entries: dict[bytes, ToolEntry] = {}  # every entry a cached catalog holds, by digest
+        self._holders: dict[bytes, int] = {}  # how many cached catalogs hold each entry
         self._token_counts: dict[bytes, int] = {}
         self._lock = threading.Lock()  # token counting
         self._catalogs_lock = threading.Lock()
@@ -175,29 +179,43 @@ class CatalogCache:
             if found is not None:
                 self._catalogs.move_to_end(key)
                 return found[0]
+            known = dict(self._entries)
         if not valid_tools(tools):
             return None
-        if len(self._entries) > self._tool_size:  # bounded: start over rather than grow without end
-            self._entries = {}
-        catalog = build_catalog(key, tools, self._entries)
+        catalog = build_catalog(key, tools, known)
         size = sum(e.chars for e in catalog.entries) * self.BYTES_PER_SCHEMA_BYTE
         with self._catalogs_lock:
+            if key in self._catalogs:  # built twice at once: keep the first
+                return self._catalogs[key][0]
             self._catalogs[key] = (catalog, size)
             self._bytes += size
+            self._hold(catalog, +1)
             while len(self._catalogs) > 1 and (len(self._catalogs) > self._size or self._bytes > self._max_bytes):
-                _, (_, dropped) = self._catalogs.popitem(last=False)
-                self._bytes -= dropped
+                _, (dropped, dropped_size) = self._catalogs.popitem(last=False)
+                self._bytes -= dropped_size
+                self._hold(dropped, -1)
         threading.Thread(target=self._count_tokens, args=(catalog,), daemon=True).start()
         return catalog
 
+    def _hold(self, catalog: Catalog, change: int) -> None:
+        for entry in {e.digest: e for e in catalog.entries}.values():
+            holders = self._holders.get(entry.digest, 0) + change
+            if holders > 0:
+                self._holders[entry.digest] = holders
+                self._entries[entry.digest] = entry
+            else:
+                self._holders.pop(entry.digest, None)
+                self._entries.pop(entry.digest, None)
+                self._token_counts.pop(entry.digest, None)
+
     def _count_tokens(self, catalog: Catalog) -> None:
         with self._lock:
-            if len(self._token_counts) > self._tool_size:
-                self._token_counts = {}
             for entry in catalog.entries:
-                count = self._token_counts.get(entry.canonical)
+                count = self._token_counts.get(entry.digest)
                 if count is None:
-                    count = self._token_counts[entry.canonical] = self.tokens.count(entry.canonical.decode())
+                    count = self.tokens.count(jsontext.dumps(entry.tool).decode())
+                    if entry.digest in self._holders:
+                        self._token_counts[entry.digest] = count
                 catalog.tokens[entry.name] = count
 
     def tool_tokens(self, catalog: Catalog, entries: Iterable[ToolEntry]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,9 @@ BATCH = 128
 VECTOR_TTL = 90 * 24 * 3600
 
 
+MAX_MATRICES = 32  # catalogs whose vectors are kept in memory (they are in the store too)
+
+
 class EmbeddingsRanker:
     def __init__(self, upstream: Upstream, store: Store, base_url: str, model: str, api_key: str | None) -> None:
         self.upstream, self.store = upstream, store
@@ -31,7 +35,7 @@ class EmbeddingsRanker:
         self.model = model
         self.headers = json_headers(api_key)
         self.lexical = LexicalRanker()
-        self._matrices: dict[str, Any] = {}
+        self._matrices: OrderedDict[str, Any] = OrderedDict()  # catalog key -> vectors, the newest kept
         self._indexing: dict[str, asyncio.Task[None]] = {}
 
     async def embed(self, texts: Sequence[str]) -> Any:
@@ -63,13 +67,22 @@ class EmbeddingsRanker:
                 vectors[i] = vector
                 await self.store.set(self._key(texts[i]), vector.astype(np.float32).tobytes(), VECTOR_TTL)
         self._matrices[catalog.key] = np.stack(vectors)
+        while len(self._matrices) > MAX_MATRICES:
+            self._matrices.popitem(last=False)
 
     def ready(self, catalog: Catalog) -> bool:
         if catalog.key in self._matrices:
+            self._matrices.move_to_end(catalog.key)
             return True
-        task = self._indexing.get(catalog.key)
-        if task is None or (task.done() and task.exception() is not None):
-            self._indexing[catalog.key] = asyncio.get_running_loop().create_task(self.index(catalog))
+        if catalog.key not in self._indexing and len(self._indexing) < MAX_MATRICES:
+            task = asyncio.get_running_loop().create_task(self.index(catalog))
+            self._indexing[catalog.key] = task  # forgotten when done: a failed one is tried again later
+            key_ = catalog.key
+
+            def forget(done: asyncio.Task[None]) -> None:
+                self._indexing.pop(key_, None)
+
+            task.add_done_callback(forget)
         return False
 
     async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:

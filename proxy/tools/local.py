@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,8 @@ class LocalRanker:
                         "(example-turn cosines mean %.3f, spread %.3f): the gate uses the lexical weights",
                         *self.examples.scale)
         self.lexical = LexicalRanker()
-        self._vectors: dict[str, Any] = {}  # schema hash → vector
-        self._matrices: dict[str, Any] = {}  # catalog key → matrix (rows in catalog order)
+        self._vectors: OrderedDict[str, Any] = OrderedDict()  # schema hash → vector (bounded, newest kept)
+        self._matrices: OrderedDict[str, Any] = OrderedDict()  # catalog key → matrix (rows in catalog order)
         self._pending: set[str] = set()
         self._lock = threading.Lock()
 
@@ -107,6 +108,10 @@ class LocalRanker:
         with self._lock:
             self._matrices[catalog.key] = matrix
             self._pending.discard(catalog.key)
+            while len(self._matrices) > 32:
+                self._matrices.popitem(last=False)
+            while len(self._vectors) > 20_000:
+                self._vectors.popitem(last=False)
 
     def ready(self, catalog: Catalog) -> bool:
         if catalog.key in self._matrices:

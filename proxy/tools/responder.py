@@ -302,7 +302,7 @@ class ToolSearchResponder:
                         yield out
                     if state.error:
                         return
-                    if not state.finished:
+                    if not (state.finished or state.saw_done):
                         raise BrokenUpstreamError("the upstream's event stream ended before the answer did")
                     for out in state.real_calls():
                         outcome.bytes_out += len(out)
