@@ -116,13 +116,13 @@ class MemoryWorker:
 
     async def _loop(self) -> None:
         while True:
+            self._wake.clear()  # before looking: a job queued while we look wakes the wait below
             try:
                 job = await self.jobs.queue.claim(self.owner, self.lease)
             except Exception as exc:  # the store is down: try again after a pause
                 log.warning("memory_claim_failed", extra={"error": repr(exc)})
                 job = None
             if job is None:
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
                 continue
