@@ -7,6 +7,7 @@ import hashlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,16 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Poll `check` until it holds or `seconds` pass (for what a background worker does)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
 
 
 def tenant(upstream_url: str, **overrides: Any) -> dict[str, Any]:

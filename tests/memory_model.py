@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from recorder import lifespan, read_body
 
 _ASK = re.compile(r"remember that my (\w+) is (\S+)", re.IGNORECASE)
 
@@ -25,18 +26,9 @@ class MemoryModel:
     runs: Counter[str] = field(default_factory=Counter)  # newest user message → runs
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        if await lifespan(scope, receive, send):
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        status, payload = await self.answer(orjson.loads(body))
+        status, payload = await self.answer(orjson.loads(await read_body(receive)))
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": orjson.dumps(payload)})

@@ -7,6 +7,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+async def lifespan(scope: dict[str, Any], receive: Any, send: Any) -> bool:
+    """Answer ASGI lifespan events (True when this was the lifespan scope): for raw test apps."""
+    if scope["type"] != "lifespan":
+        return False
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+    return True
+
+
+async def read_body(receive: Any) -> bytes:
+    """A raw ASGI request's whole body."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
 @dataclass
 class Recorded:
     method: str
@@ -26,20 +46,9 @@ class Recorder:
     received: list[Recorded] = field(default_factory=list)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        if await lifespan(scope, receive, send):
+            return
+        body = await read_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.received.append(Recorded(scope["method"], scope["path"], scope["query_string"], headers, body,
                                       scope.get("raw_path") or b""))

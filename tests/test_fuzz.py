@@ -15,6 +15,7 @@ import pytest
 from conftest import KEY, ServerThread, keel_config, small_catalog, tenant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from recorder import lifespan, read_body
 
 ON: dict[str, Any] = {"tools": {"enabled": True}, "context": {"stable": True},
                       "cache": {"prompt_cache_key": "auto", "breakpoints": "auto"}}
@@ -35,13 +36,9 @@ class ScriptedUpstream:
         self.reply: tuple[int, bytes, list[bytes]] = (200, b"application/json", [b"{}"])
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        if await lifespan(scope, receive, send):
             return
-        while (await receive()).get("more_body"):
-            pass
+        await read_body(receive)
         status, kind, chunks = self.reply
         await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
         for chunk in chunks:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import KEY, KEY_DIGEST, ServerThread, keel_config, tenant
+from conftest import KEY, KEY_DIGEST, ServerThread, eventually, keel_config, tenant
 
 from proxy.config import parse_config
 from proxy.memory.gate import LexicalMemoryGate
@@ -68,12 +68,7 @@ def memory_calls(standin: ServerThread) -> int:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+    return eventually(predicate, timeout)
 
 
 def entries(keel: ServerThread, user: str, key: str = KEY) -> dict[str, str]:

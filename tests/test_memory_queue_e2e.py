@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import KEY, KEY_DIGEST, REDIS_URL, ServerThread, keel_config, tenant
+from conftest import eventually as conftest_eventually
 from memory_model import MemoryModel
 
 ADMIN = "sk-keel-admin"
@@ -77,12 +78,7 @@ def memory(replica: ServerThread, user: str) -> dict[str, str]:
 
 
 def eventually(check: Callable[[], bool], seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
+    return conftest_eventually(check, seconds)
 
 
 def test_a_poison_job_blocks_nothing_but_itself(standin: ServerThread, memory_model: Any,

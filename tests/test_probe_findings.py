@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 from conftest import KEY, ServerThread, keel_config, small_catalog, tenant, tool
-from recorder import Recorder
+from recorder import Recorder, lifespan, read_body
 
 from proxy.standin.script import hidden_call
 from proxy.tokens import TokenCounter
@@ -182,10 +182,9 @@ class Replies(Recorder):
         self.replies = replies
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await super().__call__(scope, receive, send)
-        while (await receive()).get("more_body"):
-            pass
+        if await lifespan(scope, receive, send):
+            return
+        await read_body(receive)
         status, kind, chunks, headers = self.replies[min(len(self.received), len(self.replies) - 1)]
         self.received.append(None)  # type: ignore[arg-type]
         await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind), *headers]})
