@@ -24,12 +24,16 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.accounting import CacheAccounting
+from proxy.codecs import Codec
+from proxy.codecs.chat import ChatCodec
+from proxy.codecs.messages import MessagesCodec
+from proxy.codecs.responses import ResponsesCodec
 from proxy.config import KeelConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
 from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
-from proxy.ingress import Authenticator, Caller, ChatRequest, parse_chat, request_id
+from proxy.ingress import Authenticator, Caller, ChatRequest, parse_turn, request_id
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.gate import MemoryGate
@@ -152,7 +156,7 @@ class Keel:
 
         def done(outcome: Outcome) -> None:
             elapsed = time.perf_counter() - started
-            if route == "chat":
+            if route != "passthrough":
                 self.memory_worker.wake()  # the turn is delivered: its memory job may run
             self.metrics.observe_request(tenant, route, outcome.status, elapsed, bytes_in, outcome.bytes_out)
             if log.isEnabledFor(logging.INFO):
@@ -167,7 +171,9 @@ class Keel:
 
         return done
 
-    async def forward(self, request: Request, route: str, chat: bool) -> Response:
+    async def forward(self, request: Request, route: str, codec: Codec | None) -> Response:
+        """One request through Keel: authenticate, read, plan (for an API shape with a codec),
+        send upstream, relay back. `codec` None: any other /v1 path, forwarded verbatim."""
         started = time.perf_counter()
         rid = request_id(request.headers)
         caller: Caller | None = None
@@ -194,9 +200,9 @@ class Keel:
                 self.metrics.upstream_status.labels(tenant.id, str(response.status)).inc()
                 return response
 
-            if not chat:
+            if codec is None:
                 return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
-            parsed = parse_chat(raw, caller, request.headers, rid)
+            parsed = parse_turn(raw, caller, request.headers, rid, codec)
             if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
                 log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
             planned = await self.pipeline.run(parsed)
@@ -207,18 +213,20 @@ class Keel:
                 return await self.respond(planned, Exchange(send, rid, done, content, raw))
             response = await send(content)
             account = CacheAccounting(self.metrics, planned) if planned.location is not None else None
+            end = codec.stream_end if parsed.stream else None
             return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
-                                            expect_done=parsed.stream)
+                                            codec.shape, end)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
             done(Outcome(status=exc.status, error=exc.code))
-            return error_response(exc, rid)
+            return error_response(exc, rid, codec.shape if codec is not None else "chat")
 
     async def relay_counted(
         self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,
         extra_headers: Mapping[str, str] | None = None,
         accounting: CacheAccounting | None = None,
-        expect_done: bool = False,
+        shape: str | None = None,
+        stream_end: re.Pattern[bytes] | None = None,
     ) -> Response:
         gauge = self.metrics.streams_open.labels(tenant)
 
@@ -228,7 +236,7 @@ class Keel:
             done(outcome)
 
         try:
-            relayed = await relay(response, rid, finish, extra_headers, accounting, expect_done)
+            relayed = await relay(response, rid, finish, extra_headers, accounting, shape, stream_end)
         except BaseException:
             await response.aclose()
             raise
@@ -279,9 +287,9 @@ class Keel:
         await self.store.close()
 
 
-def error_response(exc: ProxyError, rid: str | None = None) -> Response:
+def error_response(exc: ProxyError, rid: str | None = None, shape: str = "chat") -> Response:
     headers = {"x-request-id": rid} if rid else None
-    return Response(exc.body(), status_code=exc.status, media_type="application/json", headers=headers)
+    return Response(exc.body(shape), status_code=exc.status, media_type="application/json", headers=headers)
 
 
 def create_app(
@@ -313,23 +321,28 @@ def create_app(
     app = FastAPI(title="Keel", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.keel = keel
 
-    def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(handler: Callable[[Request], Awaitable[Response]],
+                shape: str = "chat") -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
                 return await handler(request)
             except ProxyError as exc:
-                return error_response(exc)
+                return error_response(exc, shape=shape)
             except Exception:
                 log.exception("unhandled_error", extra={"path": request.url.path})
-                return error_response(ProxyError("internal error in Keel; the request was not completed"))
+                return error_response(ProxyError("internal error in Keel; the request was not completed"),
+                                      shape=shape)
 
         return endpoint
 
-    async def chat(request: Request) -> Response:
-        return await keel.forward(request, "chat", chat=True)
+    def shaped(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            return await keel.forward(request, codec.shape, codec)
+
+        return guarded(handler, codec.shape)
 
     async def passthrough(request: Request) -> Response:
-        return await keel.forward(request, "passthrough", chat=False)
+        return await keel.forward(request, "passthrough", None)
 
     async def healthz(request: Request) -> Response:
         """The process is up (always 200), with the store's health as a detail."""
@@ -347,7 +360,9 @@ def create_app(
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     # Plain Starlette routes: the hot path skips FastAPI's dependency injection.
-    app.router.add_route("/v1/chat/completions", guarded(chat), methods=["POST"])
+    app.router.add_route("/v1/chat/completions", shaped(ChatCodec()), methods=["POST"])
+    app.router.add_route("/v1/responses", shaped(ResponsesCodec()), methods=["POST"])
+    app.router.add_route("/v1/messages", shaped(MessagesCodec()), methods=["POST"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.router.add_route("/readyz", readyz, methods=["GET"])
     app.router.add_route("/metrics", metrics, methods=["GET"])

@@ -34,11 +34,13 @@ def _digest(*parts: bytes) -> str:
 
 
 def chain_seed(tenant: str, user: str | None, conversation: str | None, *, scope: str = "",
-               cache_key: str | None = None, context: str | None = None) -> str:
-    """`scope`: the credential digest of a passthrough caller; `context`: the masked system
-    prompt's digest (`ContextDigests`), part of the seed unless `conversation` is given."""
+               cache_key: str | None = None, context: str | None = None, shape: str = "chat") -> str:
+    """`scope`: the caller's credential digest; `context`: the masked system prompt's digest
+    (`ContextDigests`), part of the seed unless `conversation` is given; `shape`: the API shape
+    (a conversation is rendered in one shape, never another's)."""
     parts = [b"keel-chain-v2", tenant.encode(), scope.encode(), (user or "").encode(), (conversation or "").encode(),
-             (cache_key or "").encode(), b"" if conversation else (context or "").encode()]
+             (cache_key or "").encode(), b"" if conversation else (context or "").encode(),
+             b"" if shape == "chat" else shape.encode()]
     return _digest(*parts)
 
 

@@ -1,4 +1,5 @@
-"""One error tree for everything Keel says to a client, rendered once as OpenAI-style JSON.
+"""One error tree for everything Keel says to a client, rendered once in the client's API shape:
+OpenAI-style JSON for Chat Completions and Responses, Anthropic-style for Messages.
 
     ProxyError (500 server_error)
     ├── BadRequestError (400 invalid_request_error)
@@ -28,8 +29,19 @@ class ProxyError(Exception):
             self.code = code
         self.param = param
 
-    def body(self) -> bytes:
+    def body(self, shape: str = "chat") -> bytes:
+        if shape == "messages":
+            return anthropic_error_body(self.status, self.message)
         return error_body(self.message, self.type, self.code, self.param)
+
+    def event(self, shape: str = "chat") -> bytes:
+        """The error as the last event of a stream in this shape."""
+        if shape == "messages":
+            return b"event: error\ndata: " + anthropic_error_body(self.status, self.message) + b"\n\n"
+        if shape == "responses":
+            payload = {"type": "error", "code": self.code, "message": self.message, "param": self.param}
+            return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return b"data: " + self.body() + b"\n\n"
 
 
 class BadRequestError(ProxyError):
@@ -78,6 +90,17 @@ class UpstreamTimeoutError(ProxyError):
     status = 504
     type = "upstream_error"
     code = "upstream_timeout"
+
+
+# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 408: "request_timeout", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_error_body(status: int, message: str) -> bytes:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error")
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
 
 def error_body(message: str, type_: str, code: str, param: str | None = None) -> bytes:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from proxy import jsontext
 from proxy.chain import CONTEXT_ROLES, chain_seed
+from proxy.codecs import Codec, View
+from proxy.codecs.chat import ChatCodec
 from proxy.config import TenantConfig, key_digests
 from proxy.messages import message_text
 
@@ -33,7 +35,7 @@ class Caller:
     keyed: bool = False  # authenticated by a Keel key (not a passthrough tenant's own provider key)
     scope: str = ""  # a digest of the caller's credentials: part of every conversation's seed
     bound_user: str | None = None  # a user key: the one end user it acts as
-    upstream_api_key: str | None = None  # passthrough: the client's own x-api-key, forwarded
+    upstream_api_key: str | None = None  # sent upstream as x-api-key (Anthropic-style upstreams; passthrough's own)
 
     @property
     def memory_scope(self) -> str:
@@ -68,8 +70,15 @@ class Authenticator:
         self._default = next((t for t in tenants if t.default and t.auth.passthrough), None)
 
     def _upstream_auth(self, tenant: TenantConfig) -> str | None:
+        """The tenant's provider key as `Authorization` (OpenAI-style upstreams; Anthropic-style
+        ones get it as `x-api-key`, see `upstream_api_key`)."""
         key = tenant.upstream.api_key()
-        return f"Bearer {key}" if key else None
+        return f"Bearer {key}" if key and tenant.upstream.kind != "anthropic-compatible" else None
+
+    @staticmethod
+    def _upstream_key(tenant: TenantConfig) -> str | None:
+        key = tenant.upstream.api_key()
+        return key if key and tenant.upstream.kind == "anthropic-compatible" else None
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller:
         authorization = headers.get("authorization", "")
@@ -97,14 +106,15 @@ class Authenticator:
             if hmac.compare_digest(candidate, digest) and match is None:
                 match = (tenant, admin)
         if match is not None:
-            return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True, scope=credential_scope(token))
+            return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True, scope=credential_scope(token),
+                          upstream_api_key=self._upstream_key(match[0]))
         bound: tuple[TenantConfig, str] | None = None
         for candidate, tenant, user in self._bound:
             if hmac.compare_digest(candidate, digest) and bound is None:
                 bound = (tenant, user)
         if bound is not None:
             return Caller(bound[0], self._upstream_auth(bound[0]), keyed=True, bound_user=bound[1],
-                          scope=credential_scope(token))
+                          scope=credential_scope(token), upstream_api_key=self._upstream_key(bound[0]))
         return None
 
     def _carries_keel_key(self, authorization: str, api_key: str) -> bool:
@@ -116,10 +126,12 @@ class Authenticator:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """One chat completion request as the planners see it.
+    """One turn as the planners see it, whatever the API shape it came in.
 
-    `raw` is the client's body; it is forwarded untouched unless a planner returns a request
-    with a different `body` (invariant 1: features off is byte-identical).
+    `body` is the wire-neutral view its codec made (Chat-Completions-shaped; for
+    /v1/chat/completions the client's body itself). `raw` is the client's body; it is forwarded
+    untouched unless a planner returns a turn with a different `body`, which the codec then
+    renders back into the shape, unchanged parts as sent (invariants 1 and 7).
     """
 
     tenant: TenantConfig
@@ -127,6 +139,8 @@ class ChatRequest:
     body: dict[str, Any]
     headers: Mapping[str, str]
     request_id: str
+    codec: Codec = field(default_factory=ChatCodec)
+    view: View | None = None  # what the codec made of the client's body (None: not read)
     scope: str = ""  # the caller's credential digest, see `Caller.scope`
     memory_scope: str = ""  # see `Caller.memory_scope`
     bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
@@ -188,7 +202,7 @@ class ChatRequest:
         """Whose conversation this is (see `proxy.chain`); `context_digest` is the masked
         system prompt's, used unless the client names the conversation."""
         return chain_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
-                          cache_key=self.cache_key, context=context_digest)
+                          cache_key=self.cache_key, context=context_digest, shape=self.codec.shape)
 
     def with_body(self, body: dict[str, Any], **changes: Any) -> ChatRequest:
         return replace(self, body=body, **changes)
@@ -206,7 +220,14 @@ class ChatRequest:
     def encoded(self, original: ChatRequest) -> bytes:
         """The bytes to send upstream: the client's own unless a planner changed the body;
         then the body in its own key order, numbers as the client wrote them (invariant 7)."""
-        return self.raw if self.body is original.body else encode(self.body)
+        if self.body is original.body:
+            return self.raw
+        return encode(self.wire_body())
+
+    def wire_body(self, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A view body (this turn's, or one derived from it) in the client's API shape."""
+        body = self.body if body is None else body
+        return self.codec.render(body, self.view) if self.view is not None else body
 
 
 def encode(body: dict[str, Any]) -> bytes:
@@ -218,21 +239,24 @@ def request_id(headers: Mapping[str, str]) -> str:
     return given if 0 < len(given) <= 128 and given.isprintable() else uuid.uuid4().hex
 
 
-def parse_chat(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str) -> ChatRequest:
+def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
+               codec: Codec | None = None) -> ChatRequest:
+    """The client's body, read by the codec of its API shape into the planners' view."""
+    codec = codec or ChatCodec()
     try:
         body = jsontext.loads(raw)
     except jsontext.UnreadableJsonError:  # valid, but too deep to plan: the client's bytes go upstream
-        return ChatRequest(caller.tenant, raw, {}, headers, rid, caller.scope, plannable=False)
+        return ChatRequest(caller.tenant, raw, {}, headers, rid, codec, scope=caller.scope, plannable=False)
     except ValueError as exc:
         raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise BadRequestError("'messages' must be a list of message objects", param="messages")
-    if not all(isinstance(m, dict) for m in messages):
-        raise BadRequestError("every entry of 'messages' must be an object", param="messages")
-    request = ChatRequest(caller.tenant, raw, body, headers, rid, caller.scope, caller.memory_scope,
+    try:
+        view = codec.view(body)
+    except ValueError as exc:
+        raise BadRequestError(str(exc), param="messages" if "messages" in str(exc) else None) from None
+    messages = view.body["messages"]
+    request = ChatRequest(caller.tenant, raw, view.body, headers, rid, codec, view, caller.scope, caller.memory_scope,
                           client_messages=tuple(messages))
     if caller.bound_user is not None:
         claimed = request.end_user

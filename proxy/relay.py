@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import Response, StreamingResponse
 
-from proxy.errors import ProxyError, UpstreamConnectError, error_body
+from proxy.errors import ProxyError, UpstreamConnectError
 
 if TYPE_CHECKING:
     from proxy.accounting import CacheAccounting
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.relay")
-_DONE_LINE = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\]")
 INSPECT_LIMIT = 4 * 1024 * 1024  # bytes of a JSON reply Keel holds to read it; beyond, it streams through unread
 
 HOP_BY_HOP = frozenset(
@@ -78,10 +77,12 @@ async def relay(
     on_done: Callable[[Outcome], None],
     extra_headers: Mapping[str, str] | None = None,
     accounting: CacheAccounting | None = None,
-    expect_done: bool = False,
+    shape: str | None = None,
+    stream_end: re.Pattern[bytes] | None = None,
 ) -> Response:
     """`accounting` reads the upstream's usage from the body or the stream as it passes;
-    `expect_done`: a chat completion stream, which ends with `data: [DONE]` unless broken."""
+    `shape`: the API shape of an answer Keel planned (its error events); `stream_end`: what a
+    whole stream of it ends with (a stream that stops without it gets an error event)."""
     headers = client_headers(response, request_id)
     if extra_headers:
         headers.update(extra_headers)
@@ -98,8 +99,8 @@ async def relay(
     outcome.streamed = True
     is_sse = header(response, "content-type").startswith("text/event-stream")
     watch = accounting if is_sse and response.status == 200 else None
-    done = expect_done and is_sse and response.status == 200
-    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, done),
+    end = stream_end if is_sse and response.status == 200 else None
+    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, end, shape or "chat"),
                              status_code=response.status, headers=headers)
 
 
@@ -132,7 +133,7 @@ async def read_limited(response: UpstreamResponse, limit: int) -> tuple[bytes, A
 async def _stream(
     response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool,
     accounting: CacheAccounting | None = None, prefix: bytes = b"", rest: AsyncIterator[bytes] | None = None,
-    expect_done: bool = False,
+    stream_end: re.Pattern[bytes] | None = None, shape: str = "chat",
 ) -> AsyncIterator[bytes]:
     tail = b""
     try:
@@ -148,7 +149,7 @@ async def _stream(
             yield chunk
         if accounting is not None:
             accounting.finish()
-        if expect_done and not _DONE_LINE.search(tail) and b'"error"' not in tail:
+        if stream_end is not None and not stream_end.search(tail) and b'"error"' not in tail:
             raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may be cut short",
                                        code="upstream_stream_incomplete")
     except ProxyError as exc:
@@ -156,7 +157,7 @@ async def _stream(
         log.warning("upstream_stream_broken", extra={"error": exc.message})
         if is_sse:  # after a blank line, so that a half-sent event cannot swallow it
             separator = b"\n\n" if tail and not tail.endswith((b"\n\n", b"\r\n\r\n")) else b""
-            yield separator + b"data: " + error_body(exc.message, exc.type, exc.code) + b"\n\n"
+            yield separator + exc.event(shape)
     except BaseException:  # the client went away: cancelled mid-stream
         outcome.error = "client_disconnected"
         raise

@@ -20,6 +20,10 @@ MAX_BREAKPOINTS = 4
 
 
 def takes_cache_control(request: ChatRequest) -> bool:
+    """Does this request's upstream cache only at `cache_control` breakpoints? Every Messages
+    request does; a chat request does for Anthropic-compatible upstreams and Claude on OpenRouter."""
+    if request.codec.shape == "messages":
+        return True
     kind = request.tenant.upstream.kind
     model = str(request.body.get("model", "")).lower()
     return kind == "anthropic-compatible" or (kind == "openrouter" and ("claude" in model or "anthropic" in model))
@@ -66,6 +70,7 @@ class CachePlanner:
         cache = request.tenant.cache
         body = request.body
         if (cache.prompt_cache_key == "auto" and request.tenant.upstream.kind == "openai"
+                and request.codec.shape != "messages"
                 and "prompt_cache_key" not in body and request.location and request.location.segment):
             digest = hashlib.sha256(f"{request.tenant.id}:{request.location.segment}".encode()).hexdigest()
             body = {**body, "prompt_cache_key": "keel-" + digest[:32]}

@@ -102,6 +102,8 @@ class ContextPlanner:
         location = request.location
         if location is None or location.kind is TurnKind.NONE:
             return request
+        if request.body.get("previous_response_id"):  # the upstream holds the history: nothing to freeze here
+            return request
         cfg = request.tenant.context
         now = datetime.fromtimestamp(self.clock(), _zone(request))
         date = now.strftime("%Y-%m-%d (%A)") if cfg.date else None

@@ -90,6 +90,7 @@ class ToolPlanner:
         self.ranker_for = ranker_for
         self.metrics = metrics
         self.responder_for = responder_for
+        self.shapes: tuple[str, ...] = ("chat",)  # API shapes whose answers the responder can read
 
     def applies(self, request: ChatRequest) -> bool:
         return request.tenant.tools.enabled
@@ -98,6 +99,8 @@ class ToolPlanner:
         cfg = request.tenant.tools
         tools = request.body.get("tools")
         if not cfg.defer.enabled or not isinstance(tools, list) or len(tools) < cfg.defer.min_tools:
+            return request
+        if request.codec.shape not in self.shapes:  # no responder answers tool_search in this shape yet
             return request
         catalog = await self.catalogs.get_async(tools)
         if catalog is None or SEARCH_TOOL in catalog.by_name:

@@ -1,0 +1,73 @@
+"""One codec per API shape: the client's body in, a wire-neutral view for the planners, and back.
+
+The planners work on one view of a turn, shaped like a Chat Completions body: `messages`
+(roles system, developer, user, assistant with `tool_calls`, tool results as role `tool`;
+content a string or parts), `tools` (function tools), `tool_choice`, `stream`, the ids. A codec
+builds that view from its shape's body and renders a planned view back, and only what a
+planner changed is rendered anew: every object the view took from the client is remembered
+(`View.origin`), and an unchanged one goes back as the client sent it, key order, unknown
+fields and number text included. Things a shape has that the view has not (Responses' hosted
+tools and reasoning items, Messages' server tools and thinking blocks) ride along untouched.
+
+    chat.py       /v1/chat/completions: the view is the body itself
+    responses.py  /v1/responses: instructions, input items, flat function tools
+    messages.py   /v1/messages: system blocks, content blocks, tool_use / tool_result
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+KEEL = "_keel"  # a key on view objects that only Keel reads (where an object came from); never rendered
+
+
+@dataclass(frozen=True)
+class View:
+    """The wire-neutral body a codec made, and where each of its objects came from."""
+
+    body: dict[str, Any]  # Chat-Completions-shaped: the planners' view
+    wire: dict[str, Any]  # the client's body as parsed
+    origin: dict[int, Any] = field(default_factory=dict)  # id(view object) -> the client's object it stands for
+    keep: tuple[Any, ...] = ()  # the view objects themselves, so their ids stay theirs while the turn lives
+
+    def original(self, value: Any) -> Any | None:
+        """The client's object behind a view object the planners did not replace, else None."""
+        return self.origin.get(id(value))
+
+
+class Codec(Protocol):
+    shape: str  # chat | responses | messages
+    stream_end: re.Pattern[bytes]  # what a whole event stream of this shape ends with
+
+    def view(self, wire: dict[str, Any]) -> View:
+        """The planners' view of a client body (raises ValueError for a body of another shape)."""
+        ...
+
+    def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
+        """The wire body for a planned view: unchanged objects as the client sent them."""
+        ...
+
+
+class Origins:
+    """Builds a view's origin table: `take(view_object, client_object)` remembers the pair."""
+
+    def __init__(self) -> None:
+        self.origin: dict[int, Any] = {}
+        self.keep: list[Any] = []
+
+    def take(self, mine: T, theirs: Any) -> T:
+        self.origin[id(mine)] = theirs
+        self.keep.append(mine)
+        return mine
+
+
+def strip_keel(value: Any) -> Any:
+    """A view object as it may go on the wire: without Keel's own bookkeeping keys."""
+    if isinstance(value, dict):
+        return {k: strip_keel(v) for k, v in value.items() if k != KEEL}
+    if isinstance(value, list):
+        return [strip_keel(v) for v in value]
+    return value

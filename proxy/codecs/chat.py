@@ -1,0 +1,24 @@
+"""/v1/chat/completions: the planners' view is the client's body itself."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from proxy.codecs import View
+
+
+class ChatCodec:
+    shape = "chat"
+    stream_end = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\]")
+
+    def view(self, wire: dict[str, Any]) -> View:
+        messages = wire.get("messages")
+        if not isinstance(messages, list):
+            raise ValueError("'messages' must be a list of message objects")
+        if not all(isinstance(m, dict) for m in messages):
+            raise ValueError("every entry of 'messages' must be an object")
+        return View(wire, wire)
+
+    def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
+        return body

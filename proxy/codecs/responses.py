@@ -1,0 +1,158 @@
+"""/v1/responses: `instructions` and `input` items in, the planners' chat-shaped view out, and back.
+
+    instructions                         -> a leading system message (marked, rendered back to it)
+    input "text"                         -> one user message
+    {"type": "message", role, content}   -> a message; input_text/output_text parts -> text parts
+    function_call / custom_tool_call     -> an assistant message with that one tool call
+    function_call_output (and custom)    -> a role `tool` message
+    anything else (reasoning, web_search_call, item_reference, ...) -> role `item`, kept as sent
+    tools: flat function tools           -> {"type": "function", "function": {...}}; hosted and
+                                            custom tools ride along, first, as sent
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from proxy.codecs import KEEL, Origins, View, strip_keel
+from proxy.messages import message_text
+
+ITEM = "item"  # the view role of an input item the planners leave alone
+
+
+def _part(part: Any, take: Origins) -> Any:
+    if isinstance(part, dict) and part.get("type") in ("input_text", "output_text") and isinstance(part.get("text"), str):
+        return take.take({"type": "text", "text": part["text"]}, part)
+    return take.take({"type": "opaque", KEEL: "part", "part": part}, part)
+
+
+def _content(content: Any, take: Origins) -> Any:
+    if isinstance(content, list):
+        return [_part(p, take) for p in content]
+    return content
+
+
+def _message(item: dict[str, Any], take: Origins) -> dict[str, Any]:
+    kind = item.get("type", "message")
+    if kind == "message" and isinstance(item.get("role"), str):
+        return take.take({"role": item["role"], "content": _content(item.get("content"), take)}, item)
+    if kind in ("function_call", "custom_tool_call"):
+        arguments = item.get("arguments") if kind == "function_call" else item.get("input")
+        call = take.take({"id": item.get("call_id"), "type": "function" if kind == "function_call" else "custom",
+                          "function": {"name": item.get("name"), "arguments": arguments}}, item)
+        return take.take({"role": "assistant", "content": None, "tool_calls": [call]}, item)
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        output = item.get("output")
+        text = output if isinstance(output, str) else message_text({"content": _content(output, Origins())})
+        return take.take({"role": "tool", "tool_call_id": item.get("call_id"), "content": text}, item)
+    return take.take({"role": ITEM, ITEM: item}, item)
+
+
+def function_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A flat Responses function tool as the view's `{"type": "function", "function": {...}}`; the
+    client's own object rides along (`_keel`), so it is rendered as sent in later requests too."""
+    function = {k: v for k, v in tool.items() if k != "type"}
+    return {"type": "function", "function": function, KEEL: tool}
+
+
+class ResponsesCodec:
+    shape = "responses"
+    stream_end = re.compile(rb"(?:^|[\r\n])event: ?response\.(?:completed|failed|incomplete)\b|"
+                            rb'"type": ?"response\.(?:completed|failed|incomplete)"')
+
+    def view(self, wire: dict[str, Any]) -> View:
+        take = Origins()
+        messages: list[dict[str, Any]] = []
+        instructions = wire.get("instructions")
+        if isinstance(instructions, str) and instructions:
+            messages.append(take.take({"role": "system", "content": instructions, KEEL: "instructions"}, instructions))
+        given = wire.get("input")
+        if isinstance(given, str):
+            messages.append(take.take({"role": "user", "content": given}, given))
+        elif isinstance(given, list):
+            if not all(isinstance(item, dict) for item in given):
+                raise ValueError("every entry of 'input' must be an object")
+            messages += [_message(item, take) for item in given]
+        elif given is not None:
+            raise ValueError("'input' must be a string or a list of items")
+        body: dict[str, Any] = {k: v for k, v in wire.items() if k not in ("input", "instructions", "tools")}
+        body["messages"] = messages
+        tools = wire.get("tools")
+        if isinstance(tools, list):
+            body["tools"] = [take.take(function_tool(t), t) for t in tools
+                             if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)]
+            if len(body["tools"]) != len(tools):  # hosted or custom tools: the planners must not defer around them
+                body["foreign_tools"] = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
+        choice = wire.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") == "function":
+            body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+        return View(body, wire, take.origin, tuple(take.keep))
+
+    def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
+        wire = dict(view.wire)
+        if body.get("messages") is not view.body.get("messages"):
+            instructions = [m for m in body["messages"] if m.get(KEEL) == "instructions"]
+            if instructions:
+                wire["instructions"] = view.original(instructions[0]) or "\n\n".join(
+                    message_text(m) for m in instructions)
+            items = [item for m in body["messages"] if m.get(KEEL) != "instructions" for item in self._items(m, view)]
+            wire["input"] = items[0] if len(items) == 1 and isinstance(items[0], str) else items
+        if body.get("tools") is not view.body.get("tools"):
+            tools = view.wire.get("tools") or []
+            foreign = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
+            mine = [self._tool(t) for t in body.get("tools") or []]
+            if [id(t) for t in mine] != [id(t) for t in tools if t not in foreign]:  # else: the same tools, as sent
+                wire["tools"] = [*foreign, *mine]
+        if "prompt_cache_key" in body and "prompt_cache_key" not in wire:
+            wire["prompt_cache_key"] = body["prompt_cache_key"]
+        return wire
+
+    def _items(self, message: dict[str, Any], view: View) -> list[Any]:
+        kept = view.original(message)
+        if kept is not None:
+            return [kept]
+        role = message.get("role")
+        if role == ITEM:
+            return [message[ITEM]]
+        if role == "tool":
+            return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
+                     "output": message_text(message)}]
+        out: list[Any] = []
+        content = message.get("content")
+        if content not in (None, "", []):
+            kind = "output_text" if role == "assistant" else "input_text"
+            parts = content if isinstance(content, str) else [self._part(p, view, kind) for p in content]
+            out.append({"type": "message", "role": role, "content": parts})
+        for call in message.get("tool_calls") or []:
+            original = view.original(call)
+            if original is not None:
+                out.append(original)
+                continue
+            function = call.get("function") or {}
+            if call.get("type") == "custom":
+                out.append({"type": "custom_tool_call", "call_id": call.get("id"), "name": function.get("name"),
+                            "input": function.get("arguments")})
+            else:
+                out.append({"type": "function_call", "call_id": call.get("id"), "name": function.get("name"),
+                            "arguments": function.get("arguments") or "{}"})
+        return out
+
+    @staticmethod
+    def _part(part: dict[str, Any], view: View, kind: str) -> Any:
+        original = view.original(part)
+        if original is not None:
+            return original
+        if part.get(KEEL) == "part":
+            return part["part"]
+        if part.get("type") == "text":
+            return {"type": kind, "text": part.get("text", "")}
+        return strip_keel(part)
+
+    @staticmethod
+    def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+        """A view function tool as a flat Responses tool: the client's own, or Keel's (tool_search)."""
+        client = tool.get(KEEL)
+        if isinstance(client, dict):
+            return client
+        return {"type": "function", **(tool.get("function") or {})}
