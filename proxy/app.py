@@ -42,6 +42,7 @@ from proxy.memory.worker import MemoryPlanner, MemoryWorker
 from proxy.metrics import Metrics
 from proxy.pipeline import STAGE_DEADLINE, Exchange, Pipeline, Planner
 from proxy.relay import Outcome, relay, upstream_headers
+from proxy.rounds.responder import ToolSearchResponder
 from proxy.stores import Store, open_store
 from proxy.stores.guard import Breaker, GuardedStore
 from proxy.tokens import TokenCounter
@@ -49,7 +50,6 @@ from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlanner
 from proxy.tools.rankers import Rankers
 from proxy.tools.ranking import Ranker
-from proxy.tools.responder import ToolSearchResponder
 from proxy.upstream import Upstream, UpstreamResponse, create_upstream
 
 log = logging.getLogger("keel.access")

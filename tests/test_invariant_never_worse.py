@@ -307,11 +307,11 @@ class BrokenRanker:
 def tools_planner_answering_with(ranker: Any, conversations: Any) -> Callable[[list[Any]], Sequence[Any]]:
     """A tool planner whose responder searches with `ranker` as given (no guard around it)."""
     from proxy.metrics import Metrics
+    from proxy.rounds.responder import ToolSearchResponder
     from proxy.tokens import TokenCounter
     from proxy.tools.catalog import CatalogCache
     from proxy.tools.planner import ToolPlanner
     from proxy.tools.ranking import LexicalRanker
-    from proxy.tools.responder import ToolSearchResponder
 
     metrics = Metrics()
     tools = ToolPlanner(CatalogCache(TokenCounter()), lambda tenant: LexicalRanker(), metrics,

@@ -68,6 +68,13 @@ def _assistant(message: dict[str, Any], group: int, take: Origins) -> dict[str, 
     return take.take(view, message)
 
 
+def assistant_message(message: dict[str, Any], take: Origins) -> dict[str, Any]:
+    """An assistant answer (a round's content blocks) as a view message rendered back block for block."""
+    view = _assistant(message, 0, take)
+    view[KEEL] = "answer"
+    return view
+
+
 def function_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """A Messages tool as a view function tool; the client's own object rides along (`_keel`), so
     a tool rendered again, in a later request too, is the client's, unknown fields and all."""

@@ -3,7 +3,9 @@
     instructions                         -> a leading system message (marked, rendered back to it)
     input "text"                         -> one user message
     {"type": "message", role, content}   -> a message; input_text/output_text parts -> text parts
-    function_call / custom_tool_call     -> an assistant message with that one tool call
+    assistant message and call items in a row -> one assistant message with `tool_calls` (the
+                                            answer as one message, as in chat; rendered back
+                                            as those same items while unchanged)
     function_call_output (and custom)    -> a role `tool` message
     anything else (reasoning, web_search_call, item_reference, ...) -> role `item`, kept as sent
     tools: flat function tools           -> {"type": "function", "function": {...}}; hosted and
@@ -33,15 +35,53 @@ def _content(content: Any, take: Origins) -> Any:
     return content
 
 
+def _answer_part(item: dict[str, Any]) -> bool:
+    """Is this item part of an assistant answer (its text, or a call it makes)?"""
+    kind = item.get("type", "message")
+    return (kind == "message" and item.get("role") == "assistant") or kind in ("function_call", "custom_tool_call")
+
+
+def item_messages(items: list[dict[str, Any]], take: Origins) -> list[dict[str, Any]]:
+    """Input or output items as view messages, an answer's items in a row as one message."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for item in [*items, {"type": "end"}]:
+        if _answer_part(item):
+            run.append(item)
+            continue
+        if run:
+            out.append(_answer(run, take))
+            run = []
+        if item.get("type") != "end":
+            out.append(_message(item, take))
+    return out
+
+
+def _answer(items: list[dict[str, Any]], take: Origins) -> dict[str, Any]:
+    parts: list[Any] = []
+    calls: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            given = item.get("content")
+            parts += [_part(p, take) for p in given] if isinstance(given, list) else (
+                [take.take({"type": "text", "text": given}, given)] if isinstance(given, str) else [])
+            continue
+        arguments = item.get("arguments") if kind == "function_call" else item.get("input")
+        calls.append(take.take({"id": item.get("call_id"), "type": "function" if kind == "function_call" else "custom",
+                                "function": {"name": item.get("name"), "arguments": arguments}}, item))
+    texts = [p for p in parts if p.get("type") == "text"]
+    content: Any = "".join(p["text"] for p in texts) if len(texts) == len(parts) else parts
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = calls
+    return take.take(message, items)
+
+
 def _message(item: dict[str, Any], take: Origins) -> dict[str, Any]:
     kind = item.get("type", "message")
     if kind == "message" and isinstance(item.get("role"), str):
         return take.take({"role": item["role"], "content": _content(item.get("content"), take)}, item)
-    if kind in ("function_call", "custom_tool_call"):
-        arguments = item.get("arguments") if kind == "function_call" else item.get("input")
-        call = take.take({"id": item.get("call_id"), "type": "function" if kind == "function_call" else "custom",
-                          "function": {"name": item.get("name"), "arguments": arguments}}, item)
-        return take.take({"role": "assistant", "content": None, "tool_calls": [call]}, item)
     if kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         text = output if isinstance(output, str) else message_text({"content": _content(output, Origins())})
@@ -73,7 +113,7 @@ class ResponsesCodec:
         elif isinstance(given, list):
             if not all(isinstance(item, dict) for item in given):
                 raise ValueError("every entry of 'input' must be an object")
-            messages += [_message(item, take) for item in given]
+            messages += item_messages(given, take)
         elif given is not None:
             raise ValueError("'input' must be a string or a list of items")
         body: dict[str, Any] = {k: v for k, v in wire.items() if k not in ("input", "instructions", "tools")}
@@ -111,7 +151,7 @@ class ResponsesCodec:
     def _items(self, message: dict[str, Any], view: View) -> list[Any]:
         kept = view.original(message)
         if kept is not None:
-            return [kept]
+            return list(kept) if isinstance(kept, list) else [kept]
         role = message.get("role")
         if role == ITEM:
             return [message[ITEM]]

@@ -65,6 +65,12 @@ def generic_calls(messages: list[dict[str, Any]], records: Sequence[Any]) -> lis
     return out
 
 
+def dispatching(request: ChatRequest) -> bool:
+    """Is the tool block frozen for good, later tools called through `call_tool`? (Dispatch and
+    auto stability, on Chat Completions; the other shapes keep a segment's block and append.)"""
+    return request.tenant.tools.dispatch and request.codec.shape == "chat"
+
+
 class _NoStore:
     """Without a store, segment stability cannot freeze anything: every turn plans afresh."""
 
@@ -90,7 +96,7 @@ class ToolPlanner:
         self.ranker_for = ranker_for
         self.metrics = metrics
         self.responder_for = responder_for
-        self.shapes: tuple[str, ...] = ("chat",)  # API shapes whose answers the responder can read
+        self.shapes: tuple[str, ...] = ("chat", "responses", "messages")  # shapes the responder reads
 
     def applies(self, request: ChatRequest) -> bool:
         return request.tenant.tools.enabled
@@ -109,7 +115,7 @@ class ToolPlanner:
         messages = splice(request.messages, records, catalog.key)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
-        if cfg.dispatch:
+        if dispatching(request):
             messages = generic_calls(messages, records)
         frozen = None
         if cfg.stability != "per_turn" and request.location is not None:
@@ -122,7 +128,7 @@ class ToolPlanner:
             return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
         rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
         rendered.append(search_tool(tuple(deferred), cfg.search.listing, cfg.search.listing_chars))
-        if cfg.dispatch:
+        if dispatching(request):
             rendered.append(call_tool())
         if frozen is not None:  # auto: keep the cached block unless a fresh one is expected to cost less
             if not self._cheaper(request, catalog, messages, frozen, rendered):
@@ -146,7 +152,7 @@ class ToolPlanner:
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
                  outcome: str) -> ChatRequest:
         plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome,
-                        request.tenant.tools.dispatch)
+                        dispatching(request))
         body = {**request.body, "tools": rendered, "messages": messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
@@ -214,7 +220,7 @@ class ToolPlanner:
         known = len(appended)
         base = set(frozen["surfaced"]) | set(appended)
         new = [n for n in self._ordered(pinned, messages, request) if n not in base]
-        if request.tenant.tools.dispatch:  # the block never grows
+        if dispatching(request):  # the block never grows
             return self._announce(request, catalog, messages, frozen, appended, new)
         appended += new
         rendered = [*frozen["block"], *(catalog.entries[catalog.by_name[n]].tool for n in appended)]

@@ -1,0 +1,147 @@
+"""The response side: one round loop over wire-neutral rounds, one framing per API shape.
+
+When the model calls `tool_search`, Keel answers it and calls the model again; the client
+sees one answer. `responder.ToolSearchResponder` runs that loop once for every shape. What
+differs per shape is how an answer is read and written, whole or as events:
+
+    chat.py       Chat Completions: `choices[0].message`; `data:` chunks, `[DONE]`
+    responses.py  Responses: `output` items; typed `response.*` events
+    messages.py   Messages: content blocks; `message_start` … `message_stop` events
+
+A framing reads an answer into a `Round` (the calls in it, the assistant messages to send
+back when continuing, usage) and writes the client's answer: the calls Keel answered are left
+out, the rounds' indexes stay contiguous, one id, one stop reason, usage summed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.errors import ProxyError
+from proxy.sse import Event
+from proxy.tools.search import CALL_TOOL, SEARCH_TOOL
+from proxy.upstream import UpstreamResponse, header
+
+Message = dict[str, Any]
+
+
+class BrokenUpstreamError(ProxyError):
+    """The upstream's reply to a continued call is not a whole answer: say so, with its status."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+def retry_after(response: UpstreamResponse) -> str:
+    value = header(response, "retry-after")
+    return f" (retry after {value} s)" if value else ""
+
+
+def is_search(call: Any) -> bool:
+    return isinstance(call, dict) and (call.get("function") or {}).get("name") == SEARCH_TOOL
+
+
+def is_generic(call: Any) -> bool:
+    return isinstance(call, dict) and (call.get("function") or {}).get("name") == CALL_TOOL
+
+
+def add_usage(total: Any, usage: Any) -> Any:
+    """Sum two usage objects leaf by leaf (numbers add; nested details merge)."""
+    if not isinstance(usage, dict):
+        return total
+    if not isinstance(total, dict):
+        total = {}
+    for key, value in usage.items():
+        if isinstance(value, bool) or value is None:
+            total.setdefault(key, value)
+        elif isinstance(value, (int, float)):
+            total[key] = (total.get(key) or 0) + value
+        elif isinstance(value, dict):
+            total[key] = add_usage(total.get(key), value)
+        else:
+            total.setdefault(key, value)
+    return total
+
+
+def well_formed_calls(calls: Any) -> bool:
+    """View tool calls Keel can answer or rewrite: objects with a string id and a function whose
+    name and arguments are strings. Anything else is the upstream's own business."""
+    return isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("function"), dict)
+        and isinstance(c["function"].get("name"), str) and isinstance(c["function"].get("arguments", ""), str)
+        for c in calls)
+
+
+@dataclass
+class Round:
+    """One upstream answer, read whole: what the loop needs to decide and to continue."""
+
+    data: Any  # the answer as parsed, in its shape (rewritten for the client at the end)
+    calls: list[Message]  # its tool calls, as view calls
+    assistant: list[Message]  # view messages to send back when continuing (the answer as produced)
+    shown: Message  # the answer as one view message (its text and calls): what the client keeps
+    usage: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class JsonFraming(Protocol):
+    def read(self, raw: bytes) -> Round | None:
+        """The answer as a round, or None when it is not an answer Keel can read (relayed as sent)."""
+        ...
+
+    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Any) -> bytes:
+        """The client's answer: the last round with only the calls `keep` accepts, `finish` as its
+        stop reason when Keel ended the turn after answering searches ("tool_calls" when the
+        client has calls of its own to make, else "stop"), usage summed over the rounds."""
+        ...
+
+
+class StreamFraming(Protocol):
+    """Rewrites one client stream out of one or more upstream streams (one per round)."""
+
+    error: bool  # the upstream sent an error event: it was relayed, stop
+    finished: bool  # this round's stream ended as a whole answer does
+    own_calls: list[Message]  # the client's calls forwarded so far, all rounds
+    usage: Any
+
+    def feed(self, event: Event) -> bytes | None:
+        """What of one upstream event goes to the client now (None: nothing)."""
+        ...
+
+    @property
+    def calls(self) -> list[Message]:
+        """This round's calls (as view calls), the withheld ones too."""
+        ...
+
+    def assistant(self) -> list[Message]:
+        """This round's answer as view messages, as the provider produced it."""
+        ...
+
+    def shown(self) -> Message:
+        """The answer as the client assembled it from the stream, as one view message."""
+        ...
+
+    def real_calls(self) -> list[bytes]:
+        """Events for generic `call_tool` calls rewritten to the client's own (chat only)."""
+        ...
+
+    def take_dispatched(self) -> dict[str, Any]: ...
+
+    def next_round(self) -> None: ...
+
+    def conclude(self, tool_calls: bool) -> None:
+        """The answer ends with this round (Keel answered its searches): with the client's own
+        calls to make, or with none."""
+        ...
+
+    def closing(self, include_usage: bool) -> tuple[list[bytes], bool]:
+        """The last events, and whether they are the upstream's own (nothing was rewritten)."""
+        ...
+
+    @property
+    def saw_end(self) -> bool:
+        """The upstream's own stream ended with its end marker."""
+        ...

@@ -1,0 +1,254 @@
+"""Answering `tool_search` inside Keel, for every API shape: call the model, answer its searches,
+call it again, and give the client one answer.
+
+The client sees only what it can act on: text and calls of its own tools. Streaming, the text
+flows on as it arrives, `tool_search` calls are withheld, the client's own call indexes stay
+contiguous across upstream calls, and the client gets one id, one stop reason and usage
+summed over every upstream call. What the client never saw is stored as a hidden exchange and
+spliced back on its next request. Everything goes out through the relay's framing rules: a
+cut or refused continuation ends the stream with one error event in the client's shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.responses import Response, StreamingResponse
+
+from proxy.accounting import CacheAccounting
+from proxy.conversations import Conversations
+from proxy.errors import ProxyError, UpstreamConnectError
+from proxy.hidden import HiddenExchange, fingerprint
+from proxy.ingress import ChatRequest, encode
+from proxy.metrics import Metrics
+from proxy.pipeline import Exchange
+from proxy.relay import INSPECT_LIMIT, Outcome, client_headers, read_limited, relay, relay_rest
+from proxy.rounds import BrokenUpstreamError, JsonFraming, Message, StreamFraming, add_usage, is_generic, is_search, retry_after
+from proxy.rounds.chat import ChatJson, ChatStream
+from proxy.rounds.loop import Loop
+from proxy.rounds.messages import MessagesJson, MessagesStream
+from proxy.rounds.responses import ResponsesJson, ResponsesStream
+from proxy.sse import EventParser, EventTooLargeError
+from proxy.tools.planner import ToolPlan
+from proxy.tools.ranking import Ranker
+from proxy.upstream import UpstreamResponse, header
+
+log = logging.getLogger("keel.tools")
+SHAPES = ("chat", "responses", "messages")  # the API shapes whose answers the round loop reads
+
+
+def framings(shape: str, plan: ToolPlan) -> tuple[JsonFraming, Callable[[], StreamFraming]]:
+    catalog = plan.catalog if plan.dispatch else None
+    if shape == "responses":
+        return ResponsesJson(), ResponsesStream
+    if shape == "messages":
+        return MessagesJson(), MessagesStream
+    return ChatJson(catalog), lambda: ChatStream(catalog=catalog)
+
+
+class ToolSearchResponder:
+    def __init__(self, plan: ToolPlan, ranker: Ranker, conversations: Conversations, metrics: Metrics) -> None:
+        self.plan = plan
+        self.ranker = ranker
+        self.conversations = conversations
+        self.metrics = metrics
+
+    def _loop(self, request: ChatRequest) -> Loop:
+        return Loop(self.plan, request.tenant.tools, dict(request.body), list(self.plan.surfaced),
+                    list(self.plan.deferred))
+
+    def _withheld(self, call: Message) -> bool:
+        return is_search(call) or (self.plan.dispatch and is_generic(call))
+
+    async def respond(self, request: ChatRequest, exchange: Exchange) -> Response:
+        loop = self._loop(request)
+        json, stream = framings(request.codec.shape, self.plan)
+        first = await exchange.send(exchange.content or encode(request.wire_body(loop.body)))
+        kind = header(first, "content-type")
+        if first.status != 200 or not kind.startswith(("application/json", "text/event-stream")):
+            return await relay(first, exchange.request_id, exchange.done, request.response_headers,
+                               shape=request.codec.shape)
+        if kind.startswith("text/event-stream"):
+            headers = client_headers(first, exchange.request_id) | dict(request.response_headers)
+            gauge = self.metrics.streams_open.labels(request.tenant.id)
+            gauge.inc()
+            return StreamingResponse(self._stream(request, exchange, loop, first, stream(), gauge), status_code=200,
+                                     headers=headers)
+        try:
+            return await self._whole(request, exchange, loop, first, json)
+        except ProxyError:
+            raise
+        except Exception as exc:  # a bug or an answer Keel misread: the client's own request instead
+            self._failed(request, exc)
+            await first.aclose()
+            return await relay(await exchange.send(exchange.client_raw), exchange.request_id, exchange.done,
+                               shape=request.codec.shape)
+
+    def _failed(self, request: ChatRequest, exc: BaseException) -> None:
+        log.warning("responder_failed", exc_info=exc, extra={"tenant": request.tenant.id,
+                                                              "request_id": request.request_id})
+        self.metrics.planner_failures.labels(request.tenant.id, "tool_search_responder").inc()
+
+    async def _store(self, request: ChatRequest, loop: Loop, visible: Message | None, after: list[Message],
+                     shown: Message) -> None:
+        if request.location is None or not (loop.before or after):
+            return
+        hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown), self.plan.catalog.key)
+        try:
+            await self.conversations.add_hidden_exchange(request.location, hidden.to_dict())
+        except Exception as exc:  # bookkeeping: losing it costs the next turn's cache, never this turn
+            log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
+            self.metrics.planner_failures.labels(request.tenant.id, "hidden_exchange").inc()
+
+    async def _dispatched(self, request: ChatRequest, dispatched: dict[str, Any]) -> None:
+        if dispatched and request.location is not None:
+            try:
+                await self.conversations.add_dispatched(request.location, dispatched)
+            except Exception as exc:  # bookkeeping, as above
+                log.warning("dispatched_calls_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
+                self.metrics.planner_failures.labels(request.tenant.id, "dispatched").inc()
+
+    async def _whole(self, request: ChatRequest, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
+                     json: JsonFraming) -> Response:
+        usage: Any = None
+        after: list[Message] = []
+        visible: Message | None = None
+        finish: str | None = None
+        headers = client_headers(upstream, exchange.request_id) | dict(request.response_headers)
+        while True:
+            raw, rest = await read_limited(upstream, INSPECT_LIMIT)
+            if rest is not None:  # too large to be a search round: the upstream's answer as it comes
+                return relay_rest(upstream, raw, rest, headers, exchange.done)
+            answer = json.read(raw)
+            if answer is None:  # not an answer whose calls Keel can read: the upstream's own, as it came
+                exchange.done(Outcome(upstream.status, len(raw)))
+                return Response(raw, status_code=upstream.status, headers=headers)
+            usage = add_usage(usage, answer.usage)
+            searches = [c for c in answer.calls if is_search(c)]
+            if not searches:
+                if loop.rounds == 0 and not any(self._withheld(c) for c in answer.calls):  # the upstream's bytes
+                    headers.update(CacheAccounting(self.metrics, request).record(answer.usage))
+                    exchange.done(Outcome(upstream.status, len(raw)))
+                    return Response(raw, status_code=upstream.status, headers=headers)
+                visible = answer.shown if loop.rounds else None
+                break
+            self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
+            results = await loop.answer(searches, self.ranker)
+            own = [c for c in answer.calls if not is_search(c)]
+            if own or not loop.can_continue():
+                visible, after = answer.shown, results
+                finish = "tool_calls" if own else "stop"
+                break
+            loop.continue_with(answer.assistant, results)
+            upstream = await exchange.send(encode(request.wire_body(loop.body)))
+            if upstream.status != 200:
+                return await relay(upstream, exchange.request_id, exchange.done, request.response_headers,
+                                   shape=request.codec.shape)
+        body = json.write(answer, lambda call: not is_search(call), finish, usage)
+        shown = {**answer.shown, "tool_calls": [c for c in answer.shown.get("tool_calls") or [] if not is_search(c)]}
+        headers["x-keel-tool-search-rounds"] = str(loop.rounds)
+        headers.update(CacheAccounting(self.metrics, request).record(usage))
+        await self._store(request, loop, visible, after, shown)
+        await self._dispatched(request, getattr(json, "dispatched", {}))
+        exchange.done(Outcome(200, len(body)))
+        return Response(body, status_code=200, headers=headers)
+
+    async def _continued(self, request: ChatRequest, exchange: Exchange, loop: Loop) -> UpstreamResponse:
+        """The next upstream call of the turn; anything but a 200 event stream is reported as broken."""
+        upstream = await exchange.send(encode(request.wire_body(loop.body)))
+        if upstream.status != 200:
+            await upstream.aclose()
+            raise BrokenUpstreamError(f"upstream answered {upstream.status} to a continued call{retry_after(upstream)}")
+        if not header(upstream, "content-type").startswith("text/event-stream"):
+            await upstream.aclose()
+            raise BrokenUpstreamError("upstream answered a continued call with a body that is not an event stream")
+        return upstream
+
+    @staticmethod
+    async def _round(state: StreamFraming, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
+        parser = EventParser()
+        try:
+            async for chunk in upstream.iter_raw():
+                for event in parser.feed(chunk):
+                    out = state.feed(event)
+                    if out:
+                        yield out
+                    if state.error:
+                        return
+        except EventTooLargeError as exc:
+            raise BrokenUpstreamError(str(exc)) from None
+
+    async def _stream(self, request: ChatRequest, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
+                      state: StreamFraming, gauge: Any) -> AsyncIterator[bytes]:
+        outcome = Outcome(200, streamed=True)
+        stored = False
+        options = request.body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        shape = request.codec.shape
+        try:
+            try:
+                while True:
+                    async for out in self._round(state, upstream):
+                        outcome.bytes_out += len(out)
+                        yield out
+                    if state.error:
+                        return
+                    if not (state.finished or state.saw_end):
+                        raise BrokenUpstreamError("the upstream's event stream ended before the answer did")
+                    for out in state.real_calls():
+                        outcome.bytes_out += len(out)
+                        yield out
+                    await self._dispatched(request, state.take_dispatched())
+                    searches = [c for c in state.calls if is_search(c)]
+                    if not searches:
+                        break
+                    self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
+                    results = await loop.answer(searches, self.ranker)
+                    assistant = state.assistant()
+                    if state.own_calls or not loop.can_continue():
+                        await self._store(request, loop, _merged(assistant), results, state.shown())
+                        stored = True
+                        state.conclude(bool(state.own_calls))
+                        break
+                    loop.continue_with(assistant, results)
+                    await upstream.aclose()
+                    upstream = await self._continued(request, exchange, loop)
+                    state.next_round()
+                if loop.rounds and not stored:
+                    await self._store(request, loop, _merged(state.assistant()), [], state.shown())
+                CacheAccounting(self.metrics, request).record(state.usage)
+                closing, replayed = state.closing(include_usage)
+                for out in closing:
+                    outcome.bytes_out += len(out)
+                    yield out
+                if replayed and not state.saw_end:  # relayed as it came, and it came cut
+                    raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may "
+                                               "be cut short", code="upstream_stream_incomplete")
+            except ProxyError:
+                raise
+            except Exception as exc:  # a bug or an event Keel misread
+                self._failed(request, exc)
+                if outcome.bytes_out:
+                    raise ProxyError("Keel could not continue this stream", code="stream_failed") from exc
+                await upstream.aclose()  # nothing sent yet: the client's own request, streamed as it comes
+                upstream = await exchange.send(exchange.client_raw)
+                if upstream.status != 200:
+                    raise BrokenUpstreamError(f"upstream answered {upstream.status}{retry_after(upstream)}") from exc
+                async for chunk in upstream.iter_raw():
+                    outcome.bytes_out += len(chunk)
+                    yield chunk
+        except ProxyError as exc:
+            outcome.error = exc.code
+            yield exc.event(shape)
+        finally:
+            gauge.dec()
+            await upstream.aclose()
+            exchange.done(outcome)
+
+
+def _merged(assistant: list[Message]) -> Message:
+    """A round's view messages as one (the visible answer a hidden exchange is keyed by)."""
+    messages = [m for m in assistant if m.get("role") == "assistant"]
+    return messages[-1] if messages else (assistant[-1] if assistant else {"role": "assistant", "content": None})

@@ -1,0 +1,197 @@
+"""Responses framing: `output` items whole; typed `response.*` events, `response.completed` last.
+
+Every event that belongs to an output item carries its `output_index`. A `tool_search`
+function call's item is withheld, every event of it; the other items keep contiguous indexes
+across rounds, and once anything was withheld the events are renumbered (`sequence_number`).
+A later round's `response.created`/`in_progress` are dropped; each round's `response.completed`
+is held, and the last one goes out with every visible item of the turn and the usage summed.
+Its id is the last round's: the upstream stored that response with the whole exchange, so a
+client continuing with `previous_response_id` continues from all of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from proxy import jsontext
+from proxy.codecs import Origins
+from proxy.codecs.responses import item_messages
+from proxy.rounds import Message, Round, add_usage
+from proxy.sse import Event
+
+_ROUND_START = ("response.created", "response.in_progress", "response.queued")
+_ROUND_END = ("response.completed", "response.incomplete", "response.failed")
+
+
+def _call(item: dict[str, Any]) -> Message | None:
+    """A function or custom tool call item as a view call."""
+    if item.get("type") == "function_call":
+        return {"id": item.get("call_id"), "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""}}
+    if item.get("type") == "custom_tool_call":
+        return {"id": item.get("call_id"), "type": "custom", "function": {"name": item.get("name"),
+                                                                            "arguments": item.get("input") or ""}}
+    return None
+
+
+def _shown(items: list[Any]) -> Message:
+    """Visible output items as one view message: their text and calls (what a hidden exchange is keyed by)."""
+    texts = [p.get("text", "") for item in items if isinstance(item, dict) and item.get("type") == "message"
+             for p in item.get("content") or [] if isinstance(p, dict) and p.get("type") == "output_text"]
+    calls = [c for item in items if isinstance(item, dict) and (c := _call(item)) is not None]
+    message: Message = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _searching(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "function_call" and item.get("name") == "tool_search"
+
+
+class ResponsesJson:
+    def read(self, raw: bytes) -> Round | None:
+        try:
+            data = jsontext.loads(raw)
+        except ValueError:
+            return None
+        output = data.get("output") if isinstance(data, dict) else None
+        if not isinstance(output, list) or not all(isinstance(item, dict) for item in output):
+            return None
+        calls = [c for item in output if (c := _call(item)) is not None]
+        if not all(isinstance(c["id"], str) and isinstance(c["function"]["name"], str) for c in calls):
+            return None
+        return Round(data, calls, item_messages(output, Origins()), _shown(output), data.get("usage"))
+
+    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Any) -> bytes:
+        data = dict(last.data)
+        data["output"] = [item for item in data["output"] if not _searching(item)]
+        if usage is not None:
+            data["usage"] = usage
+        return jsontext.dumps(data)
+
+
+class ResponsesStream:
+    """Rewrites one client stream of Responses events out of one or more upstream streams."""
+
+    def __init__(self) -> None:
+        self.error = False
+        self.finished = False
+        self.own_calls: list[Message] = []
+        self.usage: Any = None
+        self.round = 0
+        self.sequence = 0  # the next sequence_number the client gets
+        self.renumber = False  # something was withheld: every later event is renumbered
+        self.visible: list[Any] = []  # every visible output item so far, all rounds, in order
+        self.offset = 0  # visible items of earlier rounds (output_index base of this round)
+        self.index_map: dict[int, int | None] = {}  # this round's output_index -> the client's (None: withheld)
+        self.items: dict[int, Any] = {}  # this round's finished items by upstream output_index
+        self.completed: dict[str, Any] | None = None  # this round's response.completed payload
+        self.held: list[bytes] = []
+
+    def feed(self, event: Event) -> bytes | None:
+        data = event.json()
+        if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+            return event.raw  # comments, keep-alives, events Keel cannot read: as they came
+        kind = data["type"]
+        if kind == "error":
+            self.error = True
+            return event.raw
+        if kind in _ROUND_START:
+            if self.round == 0:
+                return self._out(event, data, changed=False)
+            return None
+        if kind in _ROUND_END:
+            self.finished = True
+            self.completed = data
+            response = data.get("response")
+            if isinstance(response, dict):
+                self.usage = add_usage(self.usage, response.get("usage"))
+            self.held.append(event.raw)
+            return None
+        index = data.get("output_index")
+        if not isinstance(index, int):
+            return self._out(event, data, changed=False)
+        if kind == "response.output_item.added" and index not in self.index_map:
+            item = data.get("item")
+            if _searching(item):
+                self.index_map[index] = None
+            else:
+                self.index_map[index] = self.offset + sum(1 for v in self.index_map.values() if v is not None)
+        mapped = self.index_map.get(index, index + self.offset)
+        if kind == "response.output_item.done" and isinstance(data.get("item"), dict):
+            self.items[index] = data["item"]
+            if mapped is not None:
+                self.visible.append(data["item"])
+                call = _call(data["item"])
+                if call is not None:
+                    self.own_calls.append(call)
+        if mapped is None:
+            self.renumber = True
+            return None
+        changed = mapped != index
+        if changed:
+            data = {**data, "output_index": mapped}
+        return self._out(event, data, changed)
+
+    def _out(self, event: Event, data: dict[str, Any], changed: bool) -> bytes:
+        if not (changed or self.renumber or self.round > 0):
+            self.sequence = max(self.sequence, int(data.get("sequence_number") or 0) + 1)
+            return event.raw
+        self.renumber = True
+        data = {**data, "sequence_number": self.sequence}
+        self.sequence += 1
+        return b"event: " + str(data["type"]).encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    @property
+    def saw_end(self) -> bool:
+        return self.completed is not None
+
+    @property
+    def calls(self) -> list[Message]:
+        return [c for i in sorted(self.items) if (c := _call(self.items[i])) is not None]
+
+    def _round_items(self) -> list[Any]:
+        response = (self.completed or {}).get("response")
+        output = response.get("output") if isinstance(response, dict) else None
+        if isinstance(output, list) and output:
+            return output
+        return [self.items[i] for i in sorted(self.items)]
+
+    def assistant(self) -> list[Message]:
+        return item_messages([i for i in self._round_items() if isinstance(i, dict)], Origins())
+
+    def shown(self) -> Message:
+        return _shown(self.visible)
+
+    def real_calls(self) -> list[bytes]:
+        return []
+
+    def take_dispatched(self) -> dict[str, Any]:
+        return {}
+
+    def conclude(self, tool_calls: bool) -> None:
+        return None
+
+    def next_round(self) -> None:
+        self.round += 1
+        self.offset = len(self.visible)
+        self.index_map, self.items, self.held = {}, {}, []
+        self.completed, self.finished = None, False
+
+    def closing(self, include_usage: bool) -> tuple[list[bytes], bool]:
+        if self.round == 0 and not self.renumber and self.held:
+            return self.held, True  # nothing was rewritten: the upstream's own last event
+        completed = dict(self.completed or {"type": "response.completed"})
+        response = dict(completed.get("response") or {})
+        response["output"] = list(self.visible)
+        if self.usage is not None:
+            response["usage"] = self.usage
+        completed["response"] = response
+        completed["type"] = completed.get("type") or "response.completed"
+        completed["sequence_number"] = self.sequence
+        self.sequence += 1
+        return [b"event: " + str(completed["type"]).encode() + b"\ndata: " + orjson.dumps(completed) + b"\n\n"], False
