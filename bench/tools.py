@@ -37,13 +37,13 @@ from overhead import table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proxy.config import parse_config
-from proxy.ingress import ChatRequest
 from proxy.metrics import Metrics
 from proxy.standin.script import hidden_call
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlan, ToolPlanner
 from proxy.tools.ranking import LexicalRanker
+from proxy.turn import Turn
 
 METATOOL = SHARED / "data" / "eval" / "metatool"
 AGENT_QUERIES = Path(__file__).parent / "data" / "agent_queries.jsonl"
@@ -187,7 +187,7 @@ def make_ranker(backend: str, model: Path = MODEL_DIR) -> Any:
 
 
 async def surfaced(planner: ToolPlanner, tenant: Any, tools: list[dict[str, Any]], query: str) -> ToolPlan | None:
-    request = ChatRequest(tenant, b"", {"model": "m", "tools": tools, "messages": [{"role": "user", "content": query}]},
+    request = Turn(tenant, b"", {"model": "m", "tools": tools, "messages": [{"role": "user", "content": query}]},
                           {}, "bench")
     planned = await planner.plan(request)
     return planned.responder if isinstance(planned.responder, ToolPlan) else None

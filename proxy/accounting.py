@@ -14,16 +14,16 @@ from typing import Any
 import orjson
 
 from proxy.conversations import TurnKind
-from proxy.ingress import ChatRequest
 from proxy.metrics import Metrics
 from proxy.sse import EventParser
+from proxy.turn import Turn
 
 log = logging.getLogger("keel.cache")
 MIN_CACHEABLE = 1024  # below this no provider caches anything: a miss is no news
 
 
 class CacheAccounting:
-    def __init__(self, metrics: Metrics, request: ChatRequest) -> None:
+    def __init__(self, metrics: Metrics, request: Turn) -> None:
         self.metrics = metrics
         self.request = request
         self._parser: EventParser | None = None

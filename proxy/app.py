@@ -32,25 +32,27 @@ from proxy.config import KeelConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
+from proxy.defaults import create_upstream, open_store
 from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
-from proxy.ingress import Authenticator, Caller, ChatRequest, parse_turn, request_id
+from proxy.ingress import Authenticator, Caller, parse_turn, request_id
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.gate import MemoryGate
 from proxy.memory.jobs import MemoryJobs
 from proxy.memory.worker import MemoryPlanner, MemoryWorker
 from proxy.metrics import Metrics
-from proxy.pipeline import STAGE_DEADLINE, Exchange, Pipeline, Planner
-from proxy.relay import Outcome, relay, upstream_headers
+from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
+from proxy.relay import relay, upstream_headers
 from proxy.rounds.responder import ToolSearchResponder
-from proxy.stores import Store, open_store
+from proxy.stores import Store
 from proxy.stores.guard import Breaker, GuardedStore
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlanner
 from proxy.tools.rankers import Rankers
 from proxy.tools.ranking import Ranker
-from proxy.upstream import Upstream, UpstreamResponse, create_upstream
+from proxy.turn import Exchange, Outcome, Turn
+from proxy.upstream import Upstream, UpstreamResponse
 
 log = logging.getLogger("keel.access")
 BACKGROUND_STORE_BUDGET = 2.0  # seconds: the memory worker and API may wait longer than a request's planners
@@ -244,7 +246,7 @@ class Keel:
             gauge.inc()  # the body generator (and with it `finish`) starts only after we return
         return relayed
 
-    async def respond(self, planned: ChatRequest, exchange: Exchange) -> Response:
+    async def respond(self, planned: Turn, exchange: Exchange) -> Response:
         """A planner's responder, guarded like every stage: one that fails before it has answered
         leaves the turn to the client's own request, relayed as usual."""
         assert planned.responder is not None
@@ -260,7 +262,7 @@ class Keel:
             return await self.relay_counted(response, exchange.request_id, exchange.done, planned.tenant.id)
 
     @staticmethod
-    async def _encode(planned: ChatRequest, parsed: ChatRequest) -> bytes:
+    async def _encode(planned: Turn, parsed: Turn) -> bytes:
         return planned.encoded(parsed)
 
     async def ready(self) -> bool:

@@ -1,4 +1,4 @@
-"""Ingress: who is calling (auth → tenant) and what they sent (a parsed `ChatRequest`).
+"""Ingress: who is calling (auth → tenant) and what they sent (a `Turn`, read by its shape's codec).
 
 Nothing here knows about tools, memory or caching; it only turns bytes and headers into
 plain data, or into a `ProxyError` the client can read.
@@ -11,20 +11,14 @@ import hmac
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
 
 from proxy import jsontext
-from proxy.chain import CONTEXT_ROLES, chain_seed
-from proxy.codecs import Codec, View
+from proxy.codecs import Codec
 from proxy.codecs.chat import ChatCodec
 from proxy.config import TenantConfig, key_digests
-from proxy.messages import message_text
-
-if TYPE_CHECKING:
-    from proxy.conversations import Location
-    from proxy.pipeline import Responder
 from proxy.errors import AuthenticationError, BadRequestError, ForbiddenError
+from proxy.turn import Turn
 
 
 @dataclass(frozen=True)
@@ -124,129 +118,19 @@ class Authenticator:
         return any(w.lower().startswith(self._prefixes) or self._keel_key(w) is not None for w in words)
 
 
-@dataclass(frozen=True)
-class ChatRequest:
-    """One turn as the planners see it, whatever the API shape it came in.
-
-    `body` is the wire-neutral view its codec made (Chat-Completions-shaped; for
-    /v1/chat/completions the client's body itself). `raw` is the client's body; it is forwarded
-    untouched unless a planner returns a turn with a different `body`, which the codec then
-    renders back into the shape, unchanged parts as sent (invariants 1 and 7).
-    """
-
-    tenant: TenantConfig
-    raw: bytes
-    body: dict[str, Any]
-    headers: Mapping[str, str]
-    request_id: str
-    codec: Codec = field(default_factory=ChatCodec)
-    view: View | None = None  # what the codec made of the client's body (None: not read)
-    scope: str = ""  # the caller's credential digest, see `Caller.scope`
-    memory_scope: str = ""  # see `Caller.memory_scope`
-    bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
-    plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
-    client_messages: tuple[dict[str, Any], ...] = ()  # the client's own message objects, as parsed
-    location: Location | None = None  # where the turn sits in its conversation (features on only)
-    responder: Responder | None = None  # set by a planner that must see the response (tool_search)
-    response_headers: Mapping[str, str] = field(default_factory=dict)
-    record_fields: Mapping[str, Any] = field(default_factory=dict)  # for the newest turn record, written once
-    notes: Mapping[str, Any] = field(default_factory=dict)  # why the prompt prefix may have changed (logs)
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.body.get("stream"))
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = self.body["messages"]
-        return messages
-
-    @property
-    def end_user(self) -> str | None:
-        """`user`, `safety_identifier`, `X-Keel-User` or `metadata.user_id` (a user key's own user)."""
-        if self.bound_user is not None:
-            return self.bound_user
-        metadata = self.body.get("metadata")
-        from_meta = metadata.get("user_id") if isinstance(metadata, dict) else None
-        value = (self.body.get("user") or self.body.get("safety_identifier") or self.headers.get("x-keel-user")
-                 or from_meta)
-        return str(value) if isinstance(value, (str, int)) and value != "" else None
-
-    @property
-    def conversation_id(self) -> str | None:
-        """An explicit conversation id: `X-Keel-Conversation` or `metadata.conversation_id`."""
-        metadata = self.body.get("metadata")
-        from_meta = metadata.get("conversation_id") if isinstance(metadata, dict) else None
-        value = self.headers.get("x-keel-conversation") or from_meta
-        return str(value) if isinstance(value, (str, int)) and value != "" else None
-
-    @property
-    def cache_key(self) -> str | None:
-        """The client's own `prompt_cache_key`: it separates conversations, but an app may
-        send one constant for all its users, so it never stands in for the system prompt."""
-        value = self.body.get("prompt_cache_key")
-        return str(value) if isinstance(value, str) and value else None
-
-    @property
-    def context_text(self) -> str:
-        """The system and developer messages that open the conversation, joined: context, not
-        chain links (later system messages stay in place and are not frozen)."""
-        out = []
-        for message in self.messages:
-            if message.get("role") not in CONTEXT_ROLES:
-                break
-            out.append(message_text(message))
-        return "\n\n".join(out)
-
-    def chain_seed(self, context_digest: str) -> str:
-        """Whose conversation this is (see `proxy.chain`); `context_digest` is the masked
-        system prompt's, used unless the client names the conversation."""
-        return chain_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
-                          cache_key=self.cache_key, context=context_digest, shape=self.codec.shape)
-
-    def with_body(self, body: dict[str, Any], **changes: Any) -> ChatRequest:
-        return replace(self, body=body, **changes)
-
-    def with_record(self, **fields: Any) -> ChatRequest:
-        """Fields for the newest user message's turn record (the pipeline writes it once)."""
-        return replace(self, record_fields={**self.record_fields, **fields})
-
-    def with_note(self, **notes: Any) -> ChatRequest:
-        return replace(self, notes={**self.notes, **notes})
-
-    def with_headers(self, **headers: str) -> ChatRequest:
-        return replace(self, response_headers={**self.response_headers, **headers})
-
-    def encoded(self, original: ChatRequest) -> bytes:
-        """The bytes to send upstream: the client's own unless a planner changed the body;
-        then the body in its own key order, numbers as the client wrote them (invariant 7)."""
-        if self.body is original.body:
-            return self.raw
-        return encode(self.wire_body())
-
-    def wire_body(self, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """A view body (this turn's, or one derived from it) in the client's API shape."""
-        body = self.body if body is None else body
-        return self.codec.render(body, self.view) if self.view is not None else body
-
-
-def encode(body: dict[str, Any]) -> bytes:
-    return jsontext.dumps(body)
-
-
 def request_id(headers: Mapping[str, str]) -> str:
     given = headers.get("x-request-id", "")
     return given if 0 < len(given) <= 128 and given.isprintable() else uuid.uuid4().hex
 
 
 def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
-               codec: Codec | None = None) -> ChatRequest:
+               codec: Codec | None = None) -> Turn:
     """The client's body, read by the codec of its API shape into the planners' view."""
     codec = codec or ChatCodec()
     try:
         body = jsontext.loads(raw)
     except jsontext.UnreadableJsonError:  # valid, but too deep to plan: the client's bytes go upstream
-        return ChatRequest(caller.tenant, raw, {}, headers, rid, codec, scope=caller.scope, plannable=False)
+        return Turn(caller.tenant, raw, {}, headers, rid, codec, scope=caller.scope, plannable=False)
     except ValueError as exc:
         raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
@@ -256,7 +140,7 @@ def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
     except ValueError as exc:
         raise BadRequestError(str(exc), param="messages" if "messages" in str(exc) else None) from None
     messages = view.body["messages"]
-    request = ChatRequest(caller.tenant, raw, view.body, headers, rid, codec, view, caller.scope, caller.memory_scope,
+    request = Turn(caller.tenant, raw, view.body, headers, rid, codec, view, caller.scope, caller.memory_scope,
                           client_messages=tuple(messages))
     if caller.bound_user is not None:
         claimed = request.end_user

@@ -1,6 +1,6 @@
 """The planner pipeline: an explicit ordered list of stages, each allowed to fail.
 
-A planner returns a new `ChatRequest` or the same object. Every stage, and the steps around
+A planner returns a new `Turn` or the same object. Every stage, and the steps around
 them (finding the turn in its conversation, writing its record), runs through one guard:
 a stage that raises or overruns its deadline is logged with its name, counted, and
 skipped, so its part of the request stays as the client sent it (invariant 4: no feature
@@ -13,17 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol, TypeVar
-
-from starlette.responses import Response
 
 from proxy.chain import ContextDigests, build_chain
 from proxy.conversations import Conversations, TurnKind
-from proxy.ingress import ChatRequest
 from proxy.metrics import Metrics
-from proxy.relay import Outcome
-from proxy.upstream import UpstreamResponse
+from proxy.turn import Turn
 
 log = logging.getLogger("keel.pipeline")
 T = TypeVar("T")
@@ -33,29 +29,11 @@ STAGE_DEADLINE = 2.0  # seconds: a backstop; rankers, judges and the store have 
 class Planner(Protocol):
     name: str
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         """Whether this planner has anything to do for the request's tenant (cheap, no I/O)."""
         ...
 
-    async def plan(self, request: ChatRequest) -> ChatRequest: ...
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """What a responder needs from the app: a way to call the upstream, and to report the outcome."""
-
-    send: Callable[[bytes], Awaitable[UpstreamResponse]]
-    request_id: str
-    done: Callable[[Outcome], None]
-    content: bytes = b""  # the planned body, as encoded for the upstream
-    client_raw: bytes = b""  # the client's own body: what a failing responder falls back to
-
-
-class Responder(Protocol):
-    """A planner's hand on the response: it calls the upstream (maybe several times) and
-    builds what the client gets."""
-
-    async def respond(self, request: ChatRequest, exchange: Exchange) -> Response: ...
+    async def plan(self, request: Turn) -> Turn: ...
 
 
 class Pipeline:
@@ -68,7 +46,7 @@ class Pipeline:
         self.deadline = deadline
         self.digests = ContextDigests()
 
-    async def run(self, request: ChatRequest) -> ChatRequest:
+    async def run(self, request: Turn) -> Turn:
         active = [p for p in self.planners if p.applies(request)]
         if not active or not request.plannable:
             return request
@@ -86,7 +64,7 @@ class Pipeline:
         await self.guard("record", request, self._record(request))
         return request
 
-    async def guard(self, stage: str, request: ChatRequest, work: Awaitable[T]) -> T | None:
+    async def guard(self, stage: str, request: Turn, work: Awaitable[T]) -> T | None:
         """Run one stage hook within the deadline; on failure log, count, and return None."""
         try:
             return await asyncio.wait_for(work, self.deadline)
@@ -97,7 +75,7 @@ class Pipeline:
             self.metrics.planner_failures.labels(request.tenant.id, stage).inc()
             return None
 
-    async def _record(self, request: ChatRequest) -> None:
+    async def _record(self, request: Turn) -> None:
         """Write the newest turn's record with what the planners decided (never on a regeneration)."""
         location = request.location
         if location is None or not request.record_fields or location.kind not in (TurnKind.NEW, TurnKind.CONTINUED):
@@ -105,7 +83,7 @@ class Pipeline:
         record = self.conversations.new_record(location, **request.record_fields)
         await self.conversations.write_turn(location.chain, record)
 
-    async def _locate(self, request: ChatRequest) -> ChatRequest:
+    async def _locate(self, request: Turn) -> Turn:
         """Find the turn in its conversation once, for every planner."""
         seed = request.chain_seed(self.digests.digest(request.context_text))
         chain = build_chain(seed, request.messages)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from starlette.responses import Response, StreamingResponse
@@ -20,6 +19,7 @@ from proxy.errors import ProxyError, UpstreamConnectError
 
 if TYPE_CHECKING:
     from proxy.accounting import CacheAccounting
+from proxy.turn import Outcome
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.relay")
@@ -59,16 +59,6 @@ def client_headers(upstream: UpstreamResponse, request_id: str) -> dict[str, str
 def _streams(response: UpstreamResponse) -> bool:
     content_type = header(response, "content-type")
     return not content_type.startswith(("application/json", "text/plain", "text/html"))
-
-
-@dataclass
-class Outcome:
-    """What one relayed response came to, for the access log and metrics."""
-
-    status: int = 0
-    bytes_out: int = 0
-    error: str | None = None
-    streamed: bool = False
 
 
 async def relay(

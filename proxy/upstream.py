@@ -1,6 +1,6 @@
 """The upstream seam: send a request, get a status, headers and a body to read or stream.
 
-Two implementations, chosen by `server.upstream_client` and measured in
+Two implementations, chosen by `server.upstream_client` (`proxy.defaults`) and measured in
 `bench/overhead.py`: aiohttp (the default: its C parser costs a third of httpx's CPU per
 request) and httpx. Each translates its library's failures here, once, into Keel's error
 tree: a refused or reset connection is a 502, a timeout a 504, and the message says which.
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Protocol
 
-from proxy.config import ServerConfig
 from proxy.errors import ProxyError, UpstreamConnectError, UpstreamTimeoutError
 
 
@@ -70,13 +69,3 @@ def reset(host: str) -> ProxyError:
 def origin(url: str) -> str:
     """scheme://host:port of a URL: the key of a connection pool."""
     return "/".join(url.split("/", 3)[:3])
-
-
-def create_upstream(server: ServerConfig) -> Upstream:
-    if server.upstream_client == "httpx":
-        from proxy.upstream_httpx import HttpxUpstream
-
-        return HttpxUpstream(server)
-    from proxy.upstream_aiohttp import AiohttpUpstream
-
-    return AiohttpUpstream(server)

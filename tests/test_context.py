@@ -14,8 +14,8 @@ from proxy.context.cache import MAX_BREAKPOINTS, CachePlanner
 from proxy.context.sections import mask, split_sections
 from proxy.context.update import diff, sample, with_update
 from proxy.conversations import Conversations
-from proxy.ingress import ChatRequest
 from proxy.stores.sqlite import SqliteStore
+from proxy.turn import Turn
 
 SYSTEM = """Current time: 2026-11-30 10:00:01
 
@@ -65,12 +65,12 @@ def test_update_goes_first_in_string_and_parts_content() -> None:
     assert parts == [{"type": "text", "text": "U"}, {"type": "text", "text": "hi"}, image]
 
 
-def chat(tenant_cfg: dict[str, Any], body: dict[str, Any]) -> ChatRequest:
+def chat(tenant_cfg: dict[str, Any], body: dict[str, Any]) -> Turn:
     config = keel_config(tenant_cfg)
-    return ChatRequest(config.tenants[0], b"", body, {}, "rid", client_messages=tuple(body["messages"]))
+    return Turn(config.tenants[0], b"", body, {}, "rid", client_messages=tuple(body["messages"]))
 
 
-async def located(request: ChatRequest, tmp_path: Any) -> ChatRequest:
+async def located(request: Turn, tmp_path: Any) -> Turn:
     convs = Conversations(SqliteStore(str(tmp_path / "c.db")), 3600)
     chain = build_chain(request.chain_seed(""), request.messages)
     return request.__class__(**{**request.__dict__, "location": await convs.locate(chain)})

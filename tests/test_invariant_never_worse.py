@@ -23,9 +23,9 @@ from conftest import KEY, ServerThread, keel_config, small_catalog, tenant
 from fakes import FakeRanker, FaultyStore
 from recorder import Recorder
 
-from proxy.ingress import ChatRequest
 from proxy.standin.script import hidden_call
 from proxy.stores.sqlite import SqliteStore
+from proxy.turn import Turn
 
 WANTED = "archive_ticket"
 TEXT = "tidy up the support queue " + hidden_call(WANTED, '{"id": 7}')
@@ -80,10 +80,10 @@ class FailingPlanner:
     def __init__(self, mode: str) -> None:
         self.mode = mode
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         return True
 
-    async def plan(self, request: ChatRequest) -> ChatRequest:
+    async def plan(self, request: Turn) -> Turn:
         if self.mode == "hang":
             await asyncio.sleep(30)
         raise RuntimeError("planner bug")
@@ -217,7 +217,7 @@ def test_failing_memory_gate(standin: ServerThread, start_keel: Callable[..., Se
 
 
 class ExplodingResponder:
-    async def respond(self, request: ChatRequest, exchange: Any) -> Any:
+    async def respond(self, request: Turn, exchange: Any) -> Any:
         raise RuntimeError("responder bug")
 
 
@@ -226,10 +226,10 @@ class RespondingPlanner:
 
     name = "exploding"
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         return True
 
-    async def plan(self, request: ChatRequest) -> ChatRequest:
+    async def plan(self, request: Turn) -> Turn:
         return request.with_body({**request.body, "x": 1}, responder=ExplodingResponder())
 
 
@@ -246,10 +246,10 @@ def test_failing_responder(standin: ServerThread, start_keel: Callable[..., Serv
 class Unencodable:
     name = "unencodable"
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         return True
 
-    async def plan(self, request: ChatRequest) -> ChatRequest:
+    async def plan(self, request: Turn) -> Turn:
         return request.with_body({**request.body, "x": object()})
 
 

@@ -8,12 +8,12 @@ import pytest
 from conftest import keel_config, tenant, tool
 from fakes import FakeRanker
 
-from proxy.ingress import ChatRequest
 from proxy.metrics import Metrics
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlan, ToolPlanner
 from proxy.tools.search import listing, search_tool
+from proxy.turn import Turn
 
 NAMES = ["get_me", "get_weather", "create_branch", "create_issue", "list_issues", "search_code", "send_email",
          "read_file", "write_file", "delete_file", "fetch", "convert_time", "maps_geocode", "slack_post_message"]
@@ -25,12 +25,12 @@ def catalog_tools() -> list[dict[str, Any]]:
 
 
 def request(text: str, *, history: list[dict[str, Any]] | None = None, tools_cfg: dict[str, Any] | None = None,
-            **body: Any) -> ChatRequest:
+            **body: Any) -> Turn:
     cfg = {"enabled": True, **(tools_cfg or {})}
     config = keel_config(tenant("http://up/v1", tools=cfg))
     messages = [*(history or []), {"role": "user", "content": text}]
     payload = {"model": "m", "tools": catalog_tools(), "messages": messages, **body}
-    return ChatRequest(config.tenants[0], b"", payload, {}, "rid")
+    return Turn(config.tenants[0], b"", payload, {}, "rid")
 
 
 def planner(ranker: FakeRanker) -> tuple[ToolPlanner, Metrics]:

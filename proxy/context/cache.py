@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from proxy.ingress import ChatRequest
+from proxy.turn import Turn
 
 MAX_BREAKPOINTS = 4
 
 
-def takes_cache_control(request: ChatRequest) -> bool:
+def takes_cache_control(request: Turn) -> bool:
     """Does this request's upstream cache only at `cache_control` breakpoints? Every Messages
     request does; a chat request does for Anthropic-compatible upstreams and Claude on OpenRouter."""
     if request.codec.shape == "messages":
@@ -62,11 +62,11 @@ def _chars(value: Any) -> int:
 class CachePlanner:
     name = "cache"
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         cache = request.tenant.cache
         return cache.breakpoints == "auto" or cache.prompt_cache_key == "auto"
 
-    async def plan(self, request: ChatRequest) -> ChatRequest:
+    async def plan(self, request: Turn) -> Turn:
         cache = request.tenant.cache
         body = request.body
         if (cache.prompt_cache_key == "auto" and request.tenant.upstream.kind == "openai"
@@ -78,7 +78,7 @@ class CachePlanner:
             body = self._breakpoints(body, request)
         return request if body is request.body else request.with_body(body)
 
-    def _breakpoints(self, body: dict[str, Any], request: ChatRequest) -> dict[str, Any]:
+    def _breakpoints(self, body: dict[str, Any], request: Turn) -> dict[str, Any]:
         cache = request.tenant.cache
         marker: dict[str, Any] = {"type": "ephemeral", **({"ttl": cache.ttl} if cache.ttl else {})}
         min_chars = cache.min_tokens * 4  # ~4 characters per token, on the safe side of the minimum

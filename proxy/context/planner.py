@@ -20,16 +20,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from proxy.context.update import State, diff, prepend_updates, sample
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
-from proxy.ingress import ChatRequest
 from proxy.memory.book import MemoryBook
 from proxy.memory.worker import memory_user
 from proxy.messages import message_text
+from proxy.turn import Turn
 
 log = logging.getLogger("keel.context")
 CONTEXT_ROLES = ("system", "developer")
 
 
-def _zone(request: ChatRequest) -> ZoneInfo:
+def _zone(request: Turn) -> ZoneInfo:
     for name in (request.headers.get("x-keel-timezone"), request.tenant.context.timezone):
         if name:
             try:
@@ -95,10 +95,10 @@ class ContextPlanner:
         self.clock = clock
         self.memory = memory
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         return request.tenant.context.stable
 
-    async def plan(self, request: ChatRequest) -> ChatRequest:
+    async def plan(self, request: Turn) -> Turn:
         location = request.location
         if location is None or location.kind is TurnKind.NONE:
             return request

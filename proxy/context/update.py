@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.context.sections import mask, split_sections
-from proxy.ingress import ChatRequest
+from proxy.turn import Turn
 
 State = dict[str, Any]
 
@@ -61,8 +61,8 @@ def diff(known: State, now: State, sent_at: str | None = None) -> str | None:
     return "<context_update>\n" + PREAMBLE + "\n\n" + "\n\n".join(lines) + "\n</context_update>"
 
 
-def prepend_updates(request: ChatRequest, messages: list[dict[str, Any]],
-                    updates: dict[str, str]) -> tuple[list[dict[str, Any]], ChatRequest]:
+def prepend_updates(request: Turn, messages: list[dict[str, Any]],
+                    updates: dict[str, str]) -> tuple[list[dict[str, Any]], Turn]:
     """Put each stored update (by the user message's chain hash) at the start of its message.
 
     Client messages are found by identity (`request.client_messages`), so earlier planners

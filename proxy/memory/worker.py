@@ -22,7 +22,6 @@ from typing import Any
 
 from proxy.config import KeelConfig, TenantConfig
 from proxy.conversations import TurnKind
-from proxy.ingress import ChatRequest
 from proxy.memory.book import Limits, MemoryBook, MemoryLimitError
 from proxy.memory.gate import GateResult, LexicalMemoryGate, MemoryGate, newest_window
 from proxy.memory.jobs import MemoryJob, MemoryJobs, MemoryOp
@@ -30,6 +29,7 @@ from proxy.memory.llm_gate import LlmMemoryGate
 from proxy.memory.model import run_memory_model
 from proxy.metrics import Metrics
 from proxy.stores.queue import Job
+from proxy.turn import Turn
 from proxy.upstream import Upstream
 
 log = logging.getLogger("keel.memory")
@@ -45,7 +45,7 @@ class LeaseLostError(Exception):
     """Another worker owns the job now (this one was too slow to renew): leave it to them."""
 
 
-def memory_user(request: ChatRequest) -> str | None:
+def memory_user(request: Turn) -> str | None:
     """Whose memory applies, or None (no user, memory off, or switched off per request).
 
     For a passthrough tenant the owner is the end user *under the caller's credential*: a
@@ -69,10 +69,10 @@ class MemoryPlanner:
     def __init__(self, jobs: MemoryJobs) -> None:
         self.jobs = jobs
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         return memory_user(request) is not None
 
-    async def plan(self, request: ChatRequest) -> ChatRequest:
+    async def plan(self, request: Turn) -> Turn:
         location, user = request.location, memory_user(request)
         newest = location.chain.newest_user if location else None
         if location is None or newest is None or user is None or location.kind is TurnKind.REGENERATED:

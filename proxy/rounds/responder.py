@@ -21,10 +21,8 @@ from proxy.accounting import CacheAccounting
 from proxy.conversations import Conversations
 from proxy.errors import ProxyError, UpstreamConnectError
 from proxy.hidden import HiddenExchange, fingerprint
-from proxy.ingress import ChatRequest, encode
 from proxy.metrics import Metrics
-from proxy.pipeline import Exchange
-from proxy.relay import INSPECT_LIMIT, Outcome, client_headers, read_limited, relay, relay_rest
+from proxy.relay import INSPECT_LIMIT, client_headers, read_limited, relay, relay_rest
 from proxy.rounds import BrokenUpstreamError, JsonFraming, Message, StreamFraming, add_usage, is_generic, is_search, retry_after
 from proxy.rounds.chat import ChatJson, ChatStream
 from proxy.rounds.loop import Loop
@@ -33,6 +31,7 @@ from proxy.rounds.responses import ResponsesJson, ResponsesStream
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
+from proxy.turn import Exchange, Outcome, Turn, encode
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.tools")
@@ -55,14 +54,14 @@ class ToolSearchResponder:
         self.conversations = conversations
         self.metrics = metrics
 
-    def _loop(self, request: ChatRequest) -> Loop:
+    def _loop(self, request: Turn) -> Loop:
         return Loop(self.plan, request.tenant.tools, dict(request.body), list(self.plan.surfaced),
                     list(self.plan.deferred))
 
     def _withheld(self, call: Message) -> bool:
         return is_search(call) or (self.plan.dispatch and is_generic(call))
 
-    async def respond(self, request: ChatRequest, exchange: Exchange) -> Response:
+    async def respond(self, request: Turn, exchange: Exchange) -> Response:
         loop = self._loop(request)
         json, stream = framings(request.codec.shape, self.plan)
         first = await exchange.send(exchange.content or encode(request.wire_body(loop.body)))
@@ -86,12 +85,12 @@ class ToolSearchResponder:
             return await relay(await exchange.send(exchange.client_raw), exchange.request_id, exchange.done,
                                shape=request.codec.shape)
 
-    def _failed(self, request: ChatRequest, exc: BaseException) -> None:
+    def _failed(self, request: Turn, exc: BaseException) -> None:
         log.warning("responder_failed", exc_info=exc, extra={"tenant": request.tenant.id,
                                                               "request_id": request.request_id})
         self.metrics.planner_failures.labels(request.tenant.id, "tool_search_responder").inc()
 
-    async def _store(self, request: ChatRequest, loop: Loop, visible: Message | None, after: list[Message],
+    async def _store(self, request: Turn, loop: Loop, visible: Message | None, after: list[Message],
                      shown: Message) -> None:
         if request.location is None or not (loop.before or after):
             return
@@ -102,7 +101,7 @@ class ToolSearchResponder:
             log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
             self.metrics.planner_failures.labels(request.tenant.id, "hidden_exchange").inc()
 
-    async def _dispatched(self, request: ChatRequest, dispatched: dict[str, Any]) -> None:
+    async def _dispatched(self, request: Turn, dispatched: dict[str, Any]) -> None:
         if dispatched and request.location is not None:
             try:
                 await self.conversations.add_dispatched(request.location, dispatched)
@@ -110,7 +109,7 @@ class ToolSearchResponder:
                 log.warning("dispatched_calls_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
                 self.metrics.planner_failures.labels(request.tenant.id, "dispatched").inc()
 
-    async def _whole(self, request: ChatRequest, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
+    async def _whole(self, request: Turn, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
                      json: JsonFraming) -> Response:
         usage: Any = None
         after: list[Message] = []
@@ -155,7 +154,7 @@ class ToolSearchResponder:
         exchange.done(Outcome(200, len(body)))
         return Response(body, status_code=200, headers=headers)
 
-    async def _continued(self, request: ChatRequest, exchange: Exchange, loop: Loop) -> UpstreamResponse:
+    async def _continued(self, request: Turn, exchange: Exchange, loop: Loop) -> UpstreamResponse:
         """The next upstream call of the turn; anything but a 200 event stream is reported as broken."""
         upstream = await exchange.send(encode(request.wire_body(loop.body)))
         if upstream.status != 200:
@@ -180,7 +179,7 @@ class ToolSearchResponder:
         except EventTooLargeError as exc:
             raise BrokenUpstreamError(str(exc)) from None
 
-    async def _stream(self, request: ChatRequest, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
+    async def _stream(self, request: Turn, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
                       state: StreamFraming, gauge: Any) -> AsyncIterator[bytes]:
         outcome = Outcome(200, streamed=True)
         stored = False

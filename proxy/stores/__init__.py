@@ -1,7 +1,7 @@
 """State behind one small protocol: bytes by key with TTL, plus lists and hashes.
 
-`open_store(url)` picks the implementation from the URL: `sqlite:///path` (embedded
-default) or `redis://` / `rediss://` (shared by replicas). Callers build keys with
+`proxy.defaults.open_store(url)` picks the implementation from the URL: `sqlite:///path`
+(embedded default) or `redis://` / `rediss://` (shared by replicas). Callers build keys with
 `key()`, which hash-tags the conversation part so Redis Cluster keeps one conversation's
 keys on one slot (and `get_many` on them stays a single command).
 """
@@ -35,13 +35,3 @@ class Store(Protocol):
 def key(tag: str, *parts: str) -> str:
     """`keel:{tag}:part:part`: everything sharing a tag lands on one Redis Cluster slot."""
     return ":".join(("keel", "{" + tag + "}", *parts))
-
-
-def open_store(url: str) -> Store:
-    if url.startswith("sqlite://"):
-        from proxy.stores.sqlite import SqliteStore
-
-        return SqliteStore(url.removeprefix("sqlite://").removeprefix("/") or "keel.db")
-    from proxy.stores.redis import RedisStore
-
-    return RedisStore(url)

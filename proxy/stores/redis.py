@@ -10,6 +10,7 @@ from redis.exceptions import RedisError
 
 from proxy.stores import StoreError
 from proxy.stores.queue import JobQueue
+from proxy.stores.redis_queue import RedisJobQueue
 
 T = TypeVar("T")
 
@@ -75,8 +76,6 @@ class RedisStore:
             return False
 
     def job_queue(self) -> JobQueue:
-        from proxy.stores.redis_queue import RedisJobQueue
-
         return RedisJobQueue(self._redis)
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from proxy.stores import StoreError
 from proxy.stores.queue import JobQueue
+from proxy.stores.sqlite_queue import SqliteJobQueue
 
 T = TypeVar("T")
 
@@ -208,9 +209,7 @@ class SqliteStore:
             return False
 
     def job_queue(self) -> JobQueue:
-        from proxy.stores.sqlite_queue import SqliteJobQueue
-
-        return SqliteJobQueue(self)
+        return SqliteJobQueue(self._run)
 
     async def close(self) -> None:
         def fn() -> None:

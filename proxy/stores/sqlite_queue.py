@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from proxy.stores.queue import DeadJob, Job
-from proxy.stores.sqlite import SqliteStore
 
 T = TypeVar("T")
+# How the store runs a function on its connection, on its own thread (`SqliteStore._run`).
+Runner = Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
@@ -56,8 +57,8 @@ def _release(conn: sqlite3.Connection, queue: str, delay: float = 0.0) -> None:
 
 
 class SqliteJobQueue:
-    def __init__(self, store: SqliteStore) -> None:
-        self.store = store
+    def __init__(self, run: Runner) -> None:
+        self.run = run
         self._ready = False
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -67,7 +68,8 @@ class SqliteJobQueue:
                 self._ready = True
             return _transaction(conn, fn)
 
-        return await self.store._run(call)
+        result: T = await self.run(call)
+        return result
 
     async def push(self, queue: str, job_id: str, payload: bytes) -> None:
         def fn(conn: sqlite3.Connection) -> None:

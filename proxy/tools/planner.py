@@ -21,13 +21,13 @@ from proxy.config import TenantConfig
 from proxy.context.update import prepend_updates
 from proxy.conversations import TurnKind
 from proxy.hidden import found_tools, splice
-from proxy.ingress import ChatRequest
 from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
+from proxy.turn import Turn
 
 log = logging.getLogger("keel.tools")
 
@@ -65,7 +65,7 @@ def generic_calls(messages: list[dict[str, Any]], records: Sequence[Any]) -> lis
     return out
 
 
-def dispatching(request: ChatRequest) -> bool:
+def dispatching(request: Turn) -> bool:
     """Is the tool block frozen for good, later tools called through `call_tool`? (Dispatch and
     auto stability, on Chat Completions; the other shapes keep a segment's block and append.)"""
     return request.tenant.tools.dispatch and request.codec.shape == "chat"
@@ -98,10 +98,10 @@ class ToolPlanner:
         self.responder_for = responder_for
         self.shapes: tuple[str, ...] = ("chat", "responses", "messages")  # shapes the responder reads
 
-    def applies(self, request: ChatRequest) -> bool:
+    def applies(self, request: Turn) -> bool:
         return request.tenant.tools.enabled
 
-    async def plan(self, request: ChatRequest) -> ChatRequest:
+    async def plan(self, request: Turn) -> Turn:
         cfg = request.tenant.tools
         tools = request.body.get("tools")
         if not cfg.defer.enabled or not isinstance(tools, list) or len(tools) < cfg.defer.min_tools:
@@ -148,16 +148,16 @@ class ToolPlanner:
         planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
         return planned.with_note(tool_block_chosen_per_turn=True)
 
-    def _planned(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
+    def _planned(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]],
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
-                 outcome: str) -> ChatRequest:
+                 outcome: str) -> Turn:
         plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome,
                         dispatching(request))
         body = {**request.body, "tools": rendered, "messages": messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
 
-    async def _select(self, request: ChatRequest, catalog: Catalog, query: str,
+    async def _select(self, request: Turn, catalog: Catalog, query: str,
                       pinned: set[str]) -> tuple[list[str], list[str], str]:
         select = request.tenant.tools.select
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
@@ -175,7 +175,7 @@ class ToolPlanner:
         deferred = sorted(e.name for e in catalog.entries if e.name not in pinned and e.name not in selected)
         return surfaced, deferred, outcome
 
-    def _cheaper(self, request: ChatRequest, catalog: Catalog, messages: Sequence[dict[str, Any]],
+    def _cheaper(self, request: Turn, catalog: Catalog, messages: Sequence[dict[str, Any]],
                  frozen: dict[str, Any], fresh: list[dict[str, Any]]) -> bool:
         """Auto stability: is a freshly chosen block expected to cost less than the cached one?
 
@@ -195,25 +195,25 @@ class ToolPlanner:
     # Segment stability: the block chosen at the segment's start stays; tools needed later are
     # appended once, in the order they were first needed, never reordered or removed.
 
-    def _frozen_key(self, request: ChatRequest) -> str:
+    def _frozen_key(self, request: Turn) -> str:
         assert request.location is not None
         return key(request.location.chain.seed, "toolblock", request.location.segment)
 
-    async def _frozen(self, request: ChatRequest, catalog: Catalog) -> dict[str, Any] | None:
+    async def _frozen(self, request: Turn, catalog: Catalog) -> dict[str, Any] | None:
         if request.location is None or (request.location.kind is TurnKind.NEW and not request.location.records):
             return None
         raw = await self.store.get(self._frozen_key(request))
         frozen = jsontext.loads(raw) if raw else None
         return frozen if frozen and frozen.get("catalog") == catalog.key else None
 
-    async def _freeze(self, request: ChatRequest, frozen: dict[str, Any]) -> dict[str, Any]:
+    async def _freeze(self, request: Turn, frozen: dict[str, Any]) -> dict[str, Any]:
         if await self.store.set_if_absent(self._frozen_key(request), jsontext.dumps(frozen), self.ttl):
             return frozen
         raw = await self.store.get(self._frozen_key(request))
         return jsontext.loads(raw) if raw else frozen
 
-    def _segment(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
-                 frozen: dict[str, Any]) -> ChatRequest:
+    def _segment(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
+                 frozen: dict[str, Any]) -> Turn:
         assert request.location is not None
         earlier = request.location.earlier_records
         appended: list[str] = next((list(r.tool_block) for r in reversed(earlier) if r.tool_block is not None), [])
@@ -231,8 +231,8 @@ class ToolPlanner:
         planned = planned.with_note(tool_block_grew=True) if len(appended) > known else planned
         return planned.with_record(tool_block=appended)
 
-    def _announce(self, request: ChatRequest, catalog: Catalog, messages: list[dict[str, Any]],
-                  frozen: dict[str, Any], announced: list[str], new: list[str]) -> ChatRequest:
+    def _announce(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]],
+                  frozen: dict[str, Any], announced: list[str], new: list[str]) -> Turn:
         """Dispatch: tools needed now but outside the frozen block are not added to it; their
         schemas go to the newest user message as a <tools_update> (the tail of the prompt), so
         the model can call them through call_tool without a search round trip."""
@@ -253,14 +253,14 @@ class ToolPlanner:
         return planned.with_record(**fields)
 
     @staticmethod
-    def _ordered(pinned: set[str], messages: Sequence[dict[str, Any]], request: ChatRequest) -> list[str]:
+    def _ordered(pinned: set[str], messages: Sequence[dict[str, Any]], request: Turn) -> list[str]:
         """Pinned tools in the order they were first needed: history first, then the rest by name."""
         order = [n for n in called_in_order(messages) if n in pinned]
         records = request.location.records if request.location else ()
         order += [n for n in found_tools(records) if n in pinned and n not in order]
         return order + sorted(pinned - set(order))
 
-    def _pinned(self, request: ChatRequest, catalog: Catalog, query: str, messages: Sequence[dict[str, Any]],
+    def _pinned(self, request: Turn, catalog: Catalog, query: str, messages: Sequence[dict[str, Any]],
                 found: Sequence[str]) -> set[str]:
         cfg = request.tenant.tools
         pinned = set(catalog.names_in(query, cfg.select.shortlist))
@@ -286,7 +286,7 @@ class ToolPlanner:
 
         return GuardedRanker(inner, tenant.tools.select.timeout_ms / 1000, failed)
 
-    async def _rank(self, request: ChatRequest, catalog: Catalog, query: str,
+    async def _rank(self, request: Turn, catalog: Catalog, query: str,
                     candidates: list[int]) -> tuple[Ranking | None, str]:
         select = request.tenant.tools.select
         if not select.enabled or not candidates:
@@ -302,7 +302,7 @@ class ToolPlanner:
             self.metrics.judgment_cost.labels(request.tenant.id, "tool_ranking").inc(cost)
         return ranking, "ranking_fallback" if ranking.fallback else "ranked"
 
-    def _count(self, request: ChatRequest, catalog: Catalog, surfaced: list[str], deferred: list[str]) -> None:
+    def _count(self, request: Turn, catalog: Catalog, surfaced: list[str], deferred: list[str]) -> None:
         tenant = request.tenant.id
         self.metrics.tools_offered.labels(tenant).inc(len(catalog.entries))
         self.metrics.tools_surfaced.labels(tenant).inc(len(surfaced))

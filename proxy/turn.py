@@ -1,0 +1,160 @@
+"""The turn: one request as the planners see it, and the plain data the response side hands on.
+
+This is the bottom layer: the planners, the pipeline, the responders and the relay all meet
+here and import nothing from each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from starlette.responses import Response
+
+from proxy import jsontext
+from proxy.chain import CONTEXT_ROLES, chain_seed
+from proxy.codecs import Codec, View
+from proxy.codecs.chat import ChatCodec
+from proxy.config import TenantConfig
+from proxy.conversations import Location
+from proxy.messages import message_text
+from proxy.upstream import UpstreamResponse
+
+
+@dataclass
+class Outcome:
+    """What one relayed response came to, for the access log and metrics."""
+
+    status: int = 0
+    bytes_out: int = 0
+    error: str | None = None
+    streamed: bool = False
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What a responder needs from the app: a way to call the upstream, and to report the outcome."""
+
+    send: Callable[[bytes], Awaitable[UpstreamResponse]]
+    request_id: str
+    done: Callable[[Outcome], None]
+    content: bytes = b""  # the planned body, as encoded for the upstream
+    client_raw: bytes = b""  # the client's own body: what a failing responder falls back to
+
+
+class Responder(Protocol):
+    """A planner's hand on the response: it calls the upstream (maybe several times) and
+    builds what the client gets."""
+
+    async def respond(self, request: Turn, exchange: Exchange) -> Response: ...
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn as the planners see it, whatever the API shape it came in.
+
+    `body` is the wire-neutral view its codec made (Chat-Completions-shaped; for
+    /v1/chat/completions the client's body itself). `raw` is the client's body; it is forwarded
+    untouched unless a planner returns a turn with a different `body`, which the codec then
+    renders back into the shape, unchanged parts as sent (invariants 1 and 7).
+    """
+
+    tenant: TenantConfig
+    raw: bytes
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+    request_id: str
+    codec: Codec = field(default_factory=ChatCodec)
+    view: View | None = None  # what the codec made of the client's body (None: not read)
+    scope: str = ""  # the caller's credential digest, see `Caller.scope`
+    memory_scope: str = ""  # see `Caller.memory_scope`
+    bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
+    plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
+    client_messages: tuple[dict[str, Any], ...] = ()  # the client's own message objects, as parsed
+    location: Location | None = None  # where the turn sits in its conversation (features on only)
+    responder: Responder | None = None  # set by a planner that must see the response (tool_search)
+    response_headers: Mapping[str, str] = field(default_factory=dict)
+    record_fields: Mapping[str, Any] = field(default_factory=dict)  # for the newest turn record, written once
+    notes: Mapping[str, Any] = field(default_factory=dict)  # why the prompt prefix may have changed (logs)
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self.body["messages"]
+        return messages
+
+    @property
+    def end_user(self) -> str | None:
+        """`user`, `safety_identifier`, `X-Keel-User` or `metadata.user_id` (a user key's own user)."""
+        if self.bound_user is not None:
+            return self.bound_user
+        metadata = self.body.get("metadata")
+        from_meta = metadata.get("user_id") if isinstance(metadata, dict) else None
+        value = (self.body.get("user") or self.body.get("safety_identifier") or self.headers.get("x-keel-user")
+                 or from_meta)
+        return str(value) if isinstance(value, (str, int)) and value != "" else None
+
+    @property
+    def conversation_id(self) -> str | None:
+        """An explicit conversation id: `X-Keel-Conversation` or `metadata.conversation_id`."""
+        metadata = self.body.get("metadata")
+        from_meta = metadata.get("conversation_id") if isinstance(metadata, dict) else None
+        value = self.headers.get("x-keel-conversation") or from_meta
+        return str(value) if isinstance(value, (str, int)) and value != "" else None
+
+    @property
+    def cache_key(self) -> str | None:
+        """The client's own `prompt_cache_key`: it separates conversations, but an app may
+        send one constant for all its users, so it never stands in for the system prompt."""
+        value = self.body.get("prompt_cache_key")
+        return str(value) if isinstance(value, str) and value else None
+
+    @property
+    def context_text(self) -> str:
+        """The system and developer messages that open the conversation, joined: context, not
+        chain links (later system messages stay in place and are not frozen)."""
+        out = []
+        for message in self.messages:
+            if message.get("role") not in CONTEXT_ROLES:
+                break
+            out.append(message_text(message))
+        return "\n\n".join(out)
+
+    def chain_seed(self, context_digest: str) -> str:
+        """Whose conversation this is (see `proxy.chain`); `context_digest` is the masked
+        system prompt's, used unless the client names the conversation."""
+        return chain_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
+                          cache_key=self.cache_key, context=context_digest, shape=self.codec.shape)
+
+    def with_body(self, body: dict[str, Any], **changes: Any) -> Turn:
+        return replace(self, body=body, **changes)
+
+    def with_record(self, **fields: Any) -> Turn:
+        """Fields for the newest user message's turn record (the pipeline writes it once)."""
+        return replace(self, record_fields={**self.record_fields, **fields})
+
+    def with_note(self, **notes: Any) -> Turn:
+        return replace(self, notes={**self.notes, **notes})
+
+    def with_headers(self, **headers: str) -> Turn:
+        return replace(self, response_headers={**self.response_headers, **headers})
+
+    def encoded(self, original: Turn) -> bytes:
+        """The bytes to send upstream: the client's own unless a planner changed the body;
+        then the body in its own key order, numbers as the client wrote them (invariant 7)."""
+        if self.body is original.body:
+            return self.raw
+        return encode(self.wire_body())
+
+    def wire_body(self, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A view body (this turn's, or one derived from it) in the client's API shape."""
+        body = self.body if body is None else body
+        return self.codec.render(body, self.view) if self.view is not None else body
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    return jsontext.dumps(body)

@@ -1,0 +1,64 @@
+"""The package's shape: no import cycle among `proxy` modules (TYPE_CHECKING imports included)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PROXY = Path(__file__).resolve().parents[1] / "proxy"
+
+
+def module_graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in PROXY.rglob("*.py"):
+        name = ".".join(path.relative_to(PROXY.parent).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("proxy"):
+                edges[name] |= {t for t in (node.module, *(f"{node.module}.{a.name}" for a in node.names))
+                                if t in modules}
+            elif isinstance(node, ast.Import):
+                edges[name] |= {a.name for a in node.names if a.name in modules}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(module_graph()) == []
+
+
+def test_the_check_sees_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
