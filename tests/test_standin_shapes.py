@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import orjson
@@ -21,7 +22,7 @@ def catalog(n: int) -> list[dict[str, Any]]:
     return tools
 
 
-def flat_tool(name: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+def flat_tool(name: str, parameters: dict[str, Any] | None = None) -> Any:
     """A Responses API function tool (flat: no `function` wrapper)."""
     return {"type": "function", "name": name, "description": f"the {name} tool", "parameters": parameters or {"type": "object"}}
 
@@ -43,7 +44,7 @@ def test_responses_tool_call_round_trip(client: openai.OpenAI) -> None:
     call = first.output[0]
     assert call.type == "function_call" and call.name == "get_weather" and orjson.loads(call.arguments) == {"city": "Paris"}
     assert call.call_id.startswith("call_") and call.id and call.id.startswith("fc_")
-    result = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+    result: Any = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
     full: Any = [{"role": "user", "content": f"weather? {CALL_WEATHER}"}, call.model_dump(exclude_none=True), result]
     again = client.responses.create(model="gpt-5", input=full, tools=tools)
     assert again.output_text == "The get_weather tool returned: sunny"
@@ -121,3 +122,98 @@ def test_responses_cache_reports_cached_tokens(client: openai.OpenAI) -> None:
     assert warm.input_tokens_details.cached_tokens >= 1024 and warm.input_tokens_details.cached_tokens % 128 == 0
     assert set(orjson.loads(again.content)["usage"]) == RESPONSES_USAGE_KEYS
     assert int(again.headers["x-standin-prefix-ceiling"]) == warm.input_tokens
+
+
+# --- Anthropic Messages API ---
+
+
+@pytest.fixture
+def claude(standin: ServerThread) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=standin.url, api_key="sk-ant-unused", max_retries=0,
+                               default_headers={"x-api-key": "sk-ant-unused"})
+
+
+def claude_tool(name: str, **extra: Any) -> Any:
+    return {"name": name, "description": f"the {name} tool", "input_schema": WEATHER_PARAMS, **extra}
+
+
+def test_messages_tool_use_round_trip(claude: anthropic.Anthropic) -> None:
+    """A [[call]] directive becomes a tool_use block (stop_reason tool_use); a tool_result, even beside a harness's
+    reminder text and after a role=system entry in messages, gets a text answer about it."""
+    tools: Any = [claude_tool("get_weather"), {"type": "web_search_20250305", "name": "web_search"}]
+    asked: Any = {"role": "user", "content": f"weather? {CALL_WEATHER}"}
+    first = claude.messages.create(model="standin", max_tokens=100, system="be brief", tools=tools,
+                                   messages=[{"role": "system", "content": "reminders"}, asked])  # Claude Code does this
+    assert first.stop_reason == "tool_use" and first.id.startswith("msg_")
+    use = first.content[0]
+    assert use.type == "tool_use" and use.name == "get_weather" and use.input == {"city": "Paris"}
+    assert use.id.startswith("toolu_")
+    output = [{"type": "text", "text": "sunny"}]
+    result: Any = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": output},
+                                               {"type": "text", "text": "<system-reminder>keep going</system-reminder>"}]}
+    second = claude.messages.create(model="standin", max_tokens=100, tools=tools,
+                                    messages=[asked, {"role": "assistant", "content": first.content}, result])
+    assert second.stop_reason == "end_turn"
+    assert second.content[0].type == "text" and second.content[0].text == "The get_weather tool returned: sunny"
+
+
+def test_messages_stream_events(claude: anthropic.Anthropic, standin: ServerThread) -> None:
+    """Streamed text and tool_use come as Anthropic's events (input as input_json_delta pieces); the SDK rebuilds them."""
+    with claude.messages.stream(model="standin", max_tokens=100, messages=[{"role": "user", "content": "hi [[words 3]]"}]) as stream:
+        kinds = [e.type for e in stream if e.type != "text"]
+        final = stream.get_final_message()
+    assert kinds == ["message_start", "content_block_start", *["content_block_delta"] * 3, "content_block_stop",
+                     "message_delta", "message_stop"]
+    assert final.content[0].type == "text" and final.content[0].text == "word0 word1 word2"
+    assert final.usage.output_tokens > 1 and final.stop_reason == "end_turn"
+    with claude.beta.messages.stream(model="standin", max_tokens=100, tools=[claude_tool("get_weather")],
+                                     messages=[{"role": "user", "content": CALL_WEATHER}], betas=["some-beta-2025-01-01"]) as beta:
+        deltas = [e.delta.type for e in beta if e.type == "content_block_delta"]
+        block = beta.get_final_message().content[0]
+    assert deltas == ["input_json_delta"] and block.type == "tool_use" and block.input == {"city": "Paris"}
+    headers = standin.app.state.standin.headers[-1]
+    assert headers["x-api-key"] == "sk-ant-unused" and headers["anthropic-beta"] == "some-beta-2025-01-01"
+    assert headers["anthropic-version"]
+
+
+def test_messages_tool_search_for_a_deferred_tool(claude: anthropic.Anthropic) -> None:
+    """A named tool that is not offered is searched for with tool_search, as a tool_use block; server tools are not offered tools."""
+    tools: Any = [claude_tool("tool_search"), {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}]
+    answer = claude.messages.create(model="standin", max_tokens=100, tools=tools,
+                                    messages=[{"role": "user", "content": "[[call get_weather]]"}])
+    use = answer.content[0]
+    assert use.type == "tool_use" and use.name == "tool_search" and use.input["names"] == ["get_weather"]
+
+
+def test_messages_errors_in_anthropic_shape(claude: anthropic.Anthropic) -> None:
+    """[[error 529]] and five cache_control breakpoints answer with Anthropic's error body."""
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        claude.messages.create(model="standin", max_tokens=100, messages=[{"role": "user", "content": "[[error 529]]"}])
+    assert caught.value.status_code == 529
+    assert caught.value.body == {"type": "error", "error": {"type": "overloaded_error", "message": "stand-in error 529"}}
+    marked: Any = [{"type": "text", "text": f"p{i}", "cache_control": {"type": "ephemeral"}} for i in range(5)]
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        claude.messages.create(model="standin", max_tokens=100, messages=[{"role": "user", "content": marked}])
+    assert isinstance(bad.value.body, dict) and bad.value.body["error"]["type"] == "invalid_request_error"
+
+
+MESSAGES_USAGE_KEYS = {"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"}
+
+
+def test_messages_cache_breakpoints(claude: anthropic.Anthropic) -> None:
+    """Anthropic's rules over tools, system, messages: a cache_control breakpoint writes its prefix, the next turn
+    reads it; input_tokens is the uncached rest; usage has Anthropic's fields only, the ceiling in a header."""
+    tools: Any = [claude_tool(t["function"]["name"]) for t in catalog(30)]
+    system: Any = [{"type": "text", "text": "be brief"},
+                   {"type": "text", "text": "rules " * 600, "cache_control": {"type": "ephemeral"}}]
+    turn: Any = {"role": "user", "content": "q1"}
+    first = claude.messages.with_raw_response.create(model="standin", max_tokens=100, tools=tools, system=system, messages=[turn])
+    later: Any = [turn, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}]
+    second = claude.messages.with_raw_response.create(model="standin", max_tokens=100, tools=tools, system=system, messages=later)
+    cold, warm = first.parse().usage, second.parse().usage
+    assert cold.cache_read_input_tokens == 0 and cold.cache_creation_input_tokens and cold.cache_creation_input_tokens > 1024
+    assert warm.cache_read_input_tokens == cold.cache_creation_input_tokens and warm.cache_creation_input_tokens == 0
+    assert 0 < cold.input_tokens < warm.input_tokens < 30  # the messages after the breakpoint
+    assert set(orjson.loads(second.http_response.content)["usage"]) == MESSAGES_USAGE_KEYS
+    total = warm.input_tokens + warm.cache_read_input_tokens
+    assert first.headers["x-standin-prefix-ceiling"] == "0" and 0 < int(second.headers["x-standin-prefix-ceiling"]) < total

@@ -1,10 +1,10 @@
 """The stand-in provider: a fake model endpoint for tests, benchmarks and demos.
 
-It serves two API shapes with one behaviour: OpenAI Chat Completions (`chat`) and the OpenAI
-Responses API (`responses`), JSON and SSE. It answers deterministically (see `script`), reports
-the tool block it was handed in `x-standin-tools`, and simulates provider prefix caching (see
-`caching`): Responses under OpenAI's rules, chat under `--rules` (auto: Anthropic's when a block
-carries cache_control).
+It serves three API shapes with one behaviour: OpenAI Chat Completions (`chat`), the OpenAI
+Responses API (`responses`) and Anthropic Messages (`messages`), JSON and SSE. It answers
+deterministically (see `script`), reports the tool block it was handed in `x-standin-tools`,
+and simulates provider prefix caching (see `caching`): Responses under OpenAI's rules, Messages
+under Anthropic's, chat under `--rules` (auto: Anthropic's when a block carries cache_control).
 Usage objects carry only each provider's own fields; what a perfect cache would have served
 goes in `x-standin-prefix-ceiling`, streamed or not. Embeddings come as floats or, with
 `encoding_format: "base64"`, as OpenAI sends them: little-endian float32, base64.
@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from proxy.standin.caching import CacheUsage, PrefixCache, TooManyBreakpointsError
 from proxy.standin.chat import ChatShape
+from proxy.standin.messages import MessagesShape
 from proxy.standin.responses import ResponsesShape
 from proxy.standin.script import Script, plan_answer
 from proxy.standin.shape import Rules, Shape, Turn
@@ -50,6 +51,7 @@ class StandIn:
         self.embedding_inputs = 0  # texts embedded so far, for tests
         self.chat_shape = ChatShape()
         self.responses_shape = ResponsesShape()
+        self.messages_shape = MessagesShape()
 
     def simulate(self, shape: Shape, body: dict[str, Any], raw: bytes) -> tuple[CacheUsage, Rules | None, int | None]:
         """Cache usage under the rules that apply, those rules, and the prefix ceiling: the tokens a
@@ -112,6 +114,9 @@ class StandIn:
     async def responses(self, request: Request) -> Response:
         return await self.serve(self.responses_shape, request)
 
+    async def messages(self, request: Request) -> Response:
+        return await self.serve(self.messages_shape, request)
+
     async def models(self, request: Request) -> Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "keel-standin"} for m in ("standin", "gpt-4o-mini")]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
@@ -146,6 +151,7 @@ def create_standin_app(rules: CacheRules = "auto", standin: StandIn | None = Non
         routes=[
             Route("/v1/chat/completions", standin.chat, methods=["POST"]),
             Route("/v1/responses", standin.responses, methods=["POST"]),
+            Route("/v1/messages", standin.messages, methods=["POST"]),
             Route("/v1/models", standin.models, methods=["GET"]),
             Route("/v1/embeddings", standin.embeddings, methods=["POST"]),
         ]
