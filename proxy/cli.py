@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     standin.add_argument("--host", default="127.0.0.1")
     standin.add_argument("--port", type=int, default=8090)
     standin.add_argument("--rules", choices=["auto", "openai", "anthropic", "none"], default="auto",
-                         help="prompt-cache rules to simulate (none: skip, for overhead benchmarks)")
+                         help="prompt-cache rules to simulate for chat completions (responses and messages follow "
+                              "their provider's; none: skip for all, for overhead benchmarks)")
     standin.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     fetch = sub.add_parser("fetch-model", help="download the local ranker's model (int8 ONNX + tokenizer) once")
     fetch.add_argument("dir", nargs="?", help="model directory (default: keel/all-MiniLM-L6-v2 in the user's cache)")

@@ -118,7 +118,7 @@ def plan_answer(body: dict[str, Any]) -> Script:
         return _with(base, text=f"The {name} tool returned: {result}")
     if body.get("logprobs") and "<newest_message>" in newest:  # asked as a yes/no judge
         return judge(newest, base)
-    if body.get("logprobs") and "<tools>" in newest:  # asked to pick tools
+    if body.get("logprobs") and "<tools>" in newest and "<user_message>" in newest:  # asked to pick tools
         return pick(newest, base)
     if "set_memory" in offered:
         return _with(base, tool_calls=memory_ops(messages, seed))
