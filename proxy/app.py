@@ -125,7 +125,7 @@ class Keel:
         ranker_for = rankers.for_tenant if injected is None else lambda tenant: injected
         tools = ToolPlanner(CatalogCache(self.tokens), ranker_for, self.metrics,
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics),
-                            self.store, self.config.store.conversation_ttl_seconds)
+                            self.store, self.config.store.conversation_ttl_seconds, self.conversations)
         # Tools first (it splices hidden exchanges by the client's indexes), then the memory job,
         # then context (memory is one of its sources), then cache hints.
         return [tools, MemoryPlanner(self.memory_jobs), ContextPlanner(self.conversations, memory=self.memory_book),

@@ -176,6 +176,18 @@ class Conversations:
         """Remember the generic calls behind real calls the client got (dispatch stability)."""
         await self.update_turn(location, lambda record: replace(record, dispatched={**record.dispatched, **calls}))
 
+    @staticmethod
+    def _alias_key(scope: str, response_id: str) -> str:
+        return key(f"response:{scope}", response_id)
+
+    async def alias_response(self, scope: str, shown: str, stored: str) -> None:
+        """Remember that the response a client was shown (`shown`) continues as `stored` upstream."""
+        await self.store.set(self._alias_key(scope, shown), stored.encode(), self.ttl)
+
+    async def stored_response(self, scope: str, shown: str) -> str | None:
+        raw = await self.store.get(self._alias_key(scope, shown))
+        return raw.decode() if raw else None
+
     async def write_anchor(self, chain: Chain, anchor: SegmentAnchor) -> bool:
         """Store a segment's anchor once; the first writer wins so replicas agree."""
         return await self.store.set_if_absent(self._anchor_key(chain, anchor.segment), anchor.to_bytes(), self.ttl)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from conftest import KEY, ServerThread, keel_config, tenant
 
@@ -126,7 +127,13 @@ async def test_breakpoints_skip_short_prefixes_and_respect_client_marks() -> Non
     assert breakpoints((await CachePlanner().plan(chat(cfg, short))).body) == []
     marked = long_conversation(1)
     marked["messages"][-1] = {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}]}
-    assert (await CachePlanner().plan(chat(cfg, marked))).body is marked
+    planned = (await CachePlanner().plan(chat(cfg, marked))).body
+    assert planned["messages"][-1] is marked["messages"][-1], "the client's own breakpoint, kept as sent"
+    assert 1 < orjson.dumps(planned).count(b'"cache_control"') <= 4, "Keel's added up to the limit"
+    full = long_conversation(1)
+    full["messages"] = [{**m, "content": [{"type": "text", "text": str(m["content"]), "cache_control": {}}]}
+                        for m in full["messages"]][:4]
+    assert (await CachePlanner().plan(chat(cfg, full))).body is full, "four of the client's: none added"
 
 
 async def test_openai_kind_gets_no_breakpoints() -> None:

@@ -132,7 +132,7 @@ class MessagesCodec:
         if body.get("messages") is not view.body.get("messages"):
             messages = body["messages"]
             lead = 0
-            while lead < len(messages) and messages[lead].get(KEEL) == "system":
+            while lead < len(messages) and messages[lead].get(KEEL) in ("system", "front"):
                 lead += 1
             if lead:
                 wire["system"] = self._system(messages[:lead], view)

@@ -132,12 +132,16 @@ class ResponsesCodec:
     def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
         wire = dict(view.wire)
         if body.get("messages") is not view.body.get("messages"):
-            instructions = [m for m in body["messages"] if m.get(KEEL) == "instructions"]
+            instructions = [m for m in body["messages"] if m.get(KEEL) in ("instructions", "front")]
             if instructions:
                 wire["instructions"] = view.original(instructions[0]) or "\n\n".join(
                     message_text(m) for m in instructions)
-            items = [item for m in body["messages"] if m.get(KEEL) != "instructions" for item in self._items(m, view)]
-            wire["input"] = items[0] if len(items) == 1 and isinstance(items[0], str) else items
+            items = [item for m in body["messages"] if m.get(KEEL) not in ("instructions", "front")
+                     for item in self._items(m, view)]
+            if len(items) == 1 and isinstance(items[0], str):
+                wire["input"] = items[0]  # the client's string input, as sent
+            else:
+                wire["input"] = [{"role": "user", "content": i} if isinstance(i, str) else i for i in items]
         if body.get("tools") is not view.body.get("tools"):
             tools = view.wire.get("tools") or []
             foreign = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
@@ -146,6 +150,8 @@ class ResponsesCodec:
                 wire["tools"] = [*foreign, *mine]
         if "prompt_cache_key" in body and "prompt_cache_key" not in wire:
             wire["prompt_cache_key"] = body["prompt_cache_key"]
+        if body.get("previous_response_id") != view.body.get("previous_response_id"):
+            wire["previous_response_id"] = body["previous_response_id"]
         return wire
 
     def _items(self, message: dict[str, Any], view: View) -> list[Any]:

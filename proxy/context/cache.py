@@ -1,10 +1,11 @@
 """The cache planner: tell the provider where the stable prefix ends.
 
-Anthropic-style upstreams (`anthropic-compatible`, `openrouter` with a Claude model) cache
-only at `cache_control` breakpoints: at most 4 per request, each read looking back at most
-20 blocks. Keel places them where its frozen prefix ends: after the tools, after the system
-prompt, at the end of the previous turn, and at the end of this one (written now, read on
-the next turn), skipping any whose prefix is shorter than the model's minimum. OpenAI-kind
+Anthropic-style upstreams (`anthropic-compatible`, `openrouter` with a Claude model, and every
+/v1/messages request) cache only at `cache_control` breakpoints: at most 4 per request, each
+read looking back at most 20 blocks. Keel places them where its frozen prefix ends: after the
+tools, after the system prompt, at the end of the previous turn, and at the end of this one
+(written now, read on the next turn), skipping any whose prefix is shorter than the model's
+minimum. The client's own breakpoints are kept and count toward the 4. OpenAI-kind
 upstreams cache automatically; Keel adds a `prompt_cache_key` per conversation segment so
 that requests of one conversation land on the same cache.
 """
@@ -29,14 +30,15 @@ def takes_cache_control(request: Turn) -> bool:
     return kind == "anthropic-compatible" or (kind == "openrouter" and ("claude" in model or "anthropic" in model))
 
 
-def _has_cache_control(body: dict[str, Any]) -> bool:
-    if any(isinstance(t, dict) and "cache_control" in t for t in body.get("tools") or []):
-        return True
-    for message in body.get("messages") or []:
-        content = message.get("content")
-        if isinstance(content, list) and any(isinstance(p, dict) and "cache_control" in p for p in content):
-            return True
-    return False
+def _marks(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    return sum(1 for p in content if isinstance(p, dict) and "cache_control" in p) if isinstance(content, list) else 0
+
+
+def _client_marks(body: dict[str, Any]) -> int:
+    """Breakpoints the client set itself (kept: Keel adds its own only up to the limit)."""
+    tools = sum(1 for t in body.get("tools") or [] if isinstance(t, dict) and "cache_control" in t)
+    return tools + sum(_marks(m) for m in body.get("messages") or [] if isinstance(m, dict))
 
 
 def _marked_message(message: dict[str, Any], marker: dict[str, Any]) -> dict[str, Any] | None:
@@ -74,7 +76,7 @@ class CachePlanner:
                 and "prompt_cache_key" not in body and request.location and request.location.segment):
             digest = hashlib.sha256(f"{request.tenant.id}:{request.location.segment}".encode()).hexdigest()
             body = {**body, "prompt_cache_key": "keel-" + digest[:32]}
-        if cache.breakpoints == "auto" and takes_cache_control(request) and not _has_cache_control(body):
+        if cache.breakpoints == "auto" and takes_cache_control(request) and _client_marks(body) < MAX_BREAKPOINTS:
             body = self._breakpoints(body, request)
         return request if body is request.body else request.with_body(body)
 
@@ -84,9 +86,9 @@ class CachePlanner:
         min_chars = cache.min_tokens * 4  # ~4 characters per token, on the safe side of the minimum
         tools = list(body.get("tools") or [])
         messages = list(body["messages"])
-        placed = 0
+        placed = _client_marks(body)
         prefix = _chars(tools)
-        if tools and prefix >= min_chars:
+        if tools and prefix >= min_chars and "cache_control" not in tools[-1]:
             tools[-1] = {**tools[-1], "cache_control": marker}
             placed += 1
         # Candidate ends of the stable prefix: the system prompt, the previous turn, this turn.
@@ -107,6 +109,8 @@ class CachePlanner:
             if placed >= MAX_BREAKPOINTS or ends.get(index, 0) < min_chars:
                 continue
             for j in range(index, -1, -1):  # the nearest message at or before it that has text
+                if _marks(messages[j]):
+                    break  # the client already ends a prefix here
                 marked = _marked_message(messages[j], marker)
                 if marked is not None:
                     messages[j] = marked

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from proxy.codecs import KEEL
 from proxy.context.update import State, diff, prepend_updates, sample
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
 from proxy.memory.book import MemoryBook
@@ -56,7 +57,7 @@ def leading_context(messages: list[dict[str, Any]]) -> int:
     return len(messages)
 
 
-def render_front(anchor: SegmentAnchor, with_memory: bool = True) -> list[dict[str, Any]]:
+def render_front(anchor: SegmentAnchor, with_memory: bool = True, marker: str | None = None) -> list[dict[str, Any]]:
     """The anchor's front as sent upstream: the client's messages as they were at the segment's
     start, Keel's context appended to the last of them (a new text part after the client's own
     parts, so a breakpoint the client set still ends its own prefix)."""
@@ -66,8 +67,8 @@ def render_front(anchor: SegmentAnchor, with_memory: bool = True) -> list[dict[s
     front = list(anchor.front)
     if not extra:
         return front
-    if not front:
-        return [{"role": "system", "content": extra}]
+    if not front:  # the client sent none: Keel's own system message (marked for codecs that place it)
+        return [{"role": "system", "content": extra, **({KEEL: marker} if marker else {})}]
     last = front[-1]
     content = last.get("content")
     if isinstance(content, list):
@@ -127,7 +128,8 @@ class ContextPlanner:
             if update:
                 updates[newest.hash] = update
             fields = {"context_update": update, "context_state": current}
-        front = render_front(anchor, with_memory=user is not None or not request.tenant.memory.enabled)
+        front = render_front(anchor, with_memory=user is not None or not request.tenant.memory.enabled,
+                             marker=None if request.codec.shape == "chat" else "front")
         rendered, request = prepend_updates(request, messages[leading:], updates)
         planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(**fields)
         return planned.with_note(anchor_lost=lost) if lost else planned

@@ -165,6 +165,15 @@ class ToolSearchResponder:
             raise BrokenUpstreamError("upstream answered a continued call with a body that is not an event stream")
         return upstream
 
+    async def _remember_alias(self, request: Turn, state: StreamFraming) -> None:
+        alias = getattr(state, "alias", None)
+        if alias is None or request.body.get("store") is False:
+            return
+        try:
+            await self.conversations.alias_response(request.scope + "/" + request.tenant.id, *alias)
+        except Exception as exc:  # bookkeeping: a client continuing from the first id loses Keel's rounds
+            log.warning("response_alias_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
+
     @staticmethod
     async def _round(state: StreamFraming, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
         parser = EventParser()
@@ -219,6 +228,7 @@ class ToolSearchResponder:
                     await self._store(request, loop, _merged(state.assistant()), [], state.shown())
                 CacheAccounting(self.metrics, request).record(state.usage)
                 closing, replayed = state.closing(include_usage)
+                await self._remember_alias(request, state)
                 for out in closing:
                     outcome.bytes_out += len(out)
                     yield out

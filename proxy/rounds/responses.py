@@ -5,8 +5,10 @@ function call's item is withheld, every event of it; the other items keep contig
 across rounds, and once anything was withheld the events are renumbered (`sequence_number`).
 A later round's `response.created`/`in_progress` are dropped; each round's `response.completed`
 is held, and the last one goes out with every visible item of the turn and the usage summed.
-Its id is the last round's: the upstream stored that response with the whole exchange, so a
-client continuing with `previous_response_id` continues from all of it.
+A stream's response keeps the first round's id (clients check that the response they were
+told of at `response.created` is the one completed); the last round's id is remembered beside
+it (`alias`), because the upstream stored that one with the whole exchange: a client that
+continues with `previous_response_id` set to the first id is sent on from the last.
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ class ResponsesStream:
         self.items: dict[int, Any] = {}  # this round's finished items by upstream output_index
         self.completed: dict[str, Any] | None = None  # this round's response.completed payload
         self.held: list[bytes] = []
+        self.first_id: str | None = None  # the response the client was told of
+        self.alias: tuple[str, str] | None = None  # (first id, last round's id) once Keel continued
 
     def feed(self, event: Event) -> bytes | None:
         data = event.json()
@@ -101,6 +105,9 @@ class ResponsesStream:
             self.error = True
             return event.raw
         if kind in _ROUND_START:
+            response = data.get("response")
+            if self.first_id is None and isinstance(response, dict) and isinstance(response.get("id"), str):
+                self.first_id = response["id"]
             if self.round == 0:
                 return self._out(event, data, changed=False)
             return None
@@ -187,6 +194,11 @@ class ResponsesStream:
             return self.held, True  # nothing was rewritten: the upstream's own last event
         completed = dict(self.completed or {"type": "response.completed"})
         response = dict(completed.get("response") or {})
+        last = response.get("id")
+        if self.first_id is not None:
+            response["id"] = self.first_id
+            if isinstance(last, str) and last != self.first_id:
+                self.alias = (self.first_id, last)
         response["output"] = list(self.visible)
         if self.usage is not None:
             response["usage"] = self.usage

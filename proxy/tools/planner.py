@@ -19,7 +19,7 @@ from typing import Any
 from proxy import jsontext
 from proxy.config import TenantConfig
 from proxy.context.update import prepend_updates
-from proxy.conversations import TurnKind
+from proxy.conversations import Conversations, TurnKind
 from proxy.hidden import found_tools, splice
 from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
@@ -89,7 +89,8 @@ class ToolPlanner:
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
                  responder_for: Callable[[ToolPlan, Ranker], Any], store: Store | None = None,
-                 ttl: float = 30 * 24 * 3600) -> None:
+                 ttl: float = 30 * 24 * 3600, conversations: Conversations | None = None) -> None:
+        self.conversations = conversations
         self.store: Store | _NoStore = store if store is not None else _NoStore()
         self.ttl = ttl
         self.catalogs = catalogs
@@ -108,6 +109,7 @@ class ToolPlanner:
             return request
         if request.codec.shape not in self.shapes:  # no responder answers tool_search in this shape yet
             return request
+        request = await self._continue_stored(request)
         catalog = await self.catalogs.get_async(tools)
         if catalog is None or SEARCH_TOOL in catalog.by_name:
             return request  # not function tools, or the client has its own tool_search: leave them alone
@@ -147,6 +149,15 @@ class ToolPlanner:
                 tool_block=[])
         planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
         return planned.with_note(tool_block_chosen_per_turn=True)
+
+    async def _continue_stored(self, request: Turn) -> Turn:
+        """Responses: a `previous_response_id` a Keel-answered stream showed the client is the
+        first of its rounds; the upstream stored the whole exchange under the last one."""
+        shown = request.body.get("previous_response_id")
+        if request.codec.shape != "responses" or not isinstance(shown, str) or self.conversations is None:
+            return request
+        stored = await self.conversations.stored_response(request.scope + "/" + request.tenant.id, shown)
+        return request if stored is None else request.with_body({**request.body, "previous_response_id": stored})
 
     def _planned(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]],
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
