@@ -14,18 +14,18 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import splits
-from firstshot import MODEL_DIR, Shipper, Tally, catalog_tools, hit, jsonl, make_ranker, tally
+from firstshot import MODEL_DIR, Shipper, catalog_tools, hit, jsonl, make_ranker, tally
 from overhead import table
 
 from proxy.memory.gate import LexicalMemoryGate
+from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.ranking import LexicalRanker
-from proxy.tokens import TokenCounter
 
 DATA = Path(__file__).parent / "data"
 HELD = DATA / "heldout"
@@ -40,6 +40,35 @@ def frac(pair: tuple[int, int]) -> str:
 
 def share(flags: Sequence[bool]) -> tuple[int, int]:
     return sum(flags), len(flags)
+
+
+def tune_rows(shipper: Shipper) -> dict[str, str]:
+    """Only what tuning may look at: Keel's development sets and the public fit halves (coverage)."""
+    out: dict[str, str] = {}
+    agent, everything, metatool = catalog_tools("agent_8servers.json"), catalog_tools("all_tools.json"), metatool_tools()
+    for name, tools in (("208", agent), ("782", everything)):
+        dev = tally(shipper, tools, jsonl(DEV / f"tools_{name}.jsonl"))
+        for cls in ("act", "paraphrase", "multi_step", "non_english"):
+            out[f"C {name} dev {cls}"] = frac(dev.recall(cls))
+        out[f"C {name} dev withheld / lean / shipped"] = (f"{frac(share(dev.withheld))}; {frac(share(dev.lean))}; "
+                                                          f"{statistics.mean(dev.shipped):.1f}")
+    agent_q = [{"query": r["query"], "steps": [[r["tool"]]] if r["tool"] else [], "class": r["kind"]}
+               for r in jsonl(DATA / "agent_queries.jsonl")]
+    old = tally(shipper, agent, agent_q)
+    out["C 208 agent_queries recall / lean / shipped"] = (f"{frac(old.recall())}; {frac(share(old.lean))}; "
+                                                          f"{statistics.mean(old.shipped):.1f}")
+    single = [{"query": q, "steps": [[t]], "class": "act"} for q, t in splits.metatool_single("fit")][:200]
+    fit = tally(shipper, metatool, single)
+    out["C MetaTool single (fit half) / shipped"] = f"{frac(fit.recall())}; {statistics.mean(fit.shipped):.1f}"
+    multi = [{"query": q, "steps": [[t] for t in ts], "class": "multi"} for q, ts in splits.metatool_multi("fit")][:150]
+    out["C MetaTool multi (fit half)"] = frac(tally(shipper, metatool, multi).recall())
+    aware = splits.metatool_awareness("fit")[:300]
+    gate = tally(shipper, metatool, [{"query": q, "steps": [["?"]] if y else [], "class": "a"} for q, y in aware])
+    out["C MetaTool awareness (fit): withheld / lean"] = f"{frac(share(gate.withheld))}; {frac(share(gate.lean))}"
+    oos = [t for t, i in splits.clinc("fit") if i == "oos"][:100]
+    out["C CLINC150 oos_train lean (208)"] = frac(share(
+        tally(shipper, agent, [{"query": t, "steps": [], "class": "c"} for t in oos]).lean))
+    return out
 
 
 def tool_rows(backend: str, shipper: Shipper, quick: bool) -> dict[str, str]:
@@ -177,9 +206,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", type=Path, default=MODEL_DIR)
     parser.add_argument("--backends", default="lexical,local")
+    parser.add_argument("--tune", action="store_true", help="only the sets tuning may look at (coverage)")
     args = parser.parse_args()
     backends = args.backends.split(",")
     counter = TokenCounter()
+    if args.tune:
+        tuned = {b: tune_rows(Shipper(make_ranker(b, args.model), counter)) for b in backends}
+        table(["figure", *backends], [[k[2:], *(tuned[b][k] for b in backends)] for k in tuned[backends[0]]])
+        return
     per_backend = {b: tool_rows(b, Shipper(make_ranker(b, args.model), counter), args.quick) for b in backends}
     rows: list[Row] = []
     for key in per_backend[backends[0]]:

@@ -25,7 +25,8 @@ from proxy.tools.gate import (
     needs_tool_probability,
     on_fitted_scale,
 )
-from proxy.tools.ranking import LexicalRanker, Ranking, confidence
+from proxy.tools.ranking import NAMED_BOOST, LexicalRanker, Ranking, confidence, lexical_scores, namespaces
+from proxy.tools.text import english_hint
 
 log = logging.getLogger("keel.tools")
 
@@ -125,13 +126,13 @@ class LocalRanker:
     async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         if not self.ready(catalog):
             return self.lexical.rank_now(query, catalog, candidates, shortlist)
-        vector = (await asyncio.to_thread(self.encoder.encode, [query]))[0]
+        vector = (await asyncio.to_thread(self.encoder.encode, [english_hint(query)]))[0]
         return self.rank_with(vector, query, catalog, candidates, shortlist)
 
     def rank_now(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         """Synchronous ranking (benchmarks): indexes the catalog first if needed."""
         self.matrix(catalog)
-        return self.rank_with(self.encoder.encode([query])[0], query, catalog, candidates, shortlist)
+        return self.rank_with(self.encoder.encode([english_hint(query)])[0], query, catalog, candidates, shortlist)
 
     def matrix(self, catalog: Catalog) -> Any:
         """The catalog's tool vectors, rows in catalog order (indexed now, blocking, if needed)."""
@@ -184,10 +185,13 @@ def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Seq
     cosine = matrix[idx] @ vector
     low, high = float(cosine.min()), float(cosine.max())
     scaled = (cosine - low) / (high - low) if high > low else np.zeros_like(cosine)
-    bm25 = catalog.index.scores(query)
+    bm25 = lexical_scores(query, catalog)
     lexical = np.array([bm25.get(int(i), 0.0) for i in idx])
     top_bm25 = float(lexical.max()) if len(lexical) else 0.0
     fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
+    named = namespaces(catalog).named(query)
+    if named:
+        fused = fused * np.array([NAMED_BOOST if int(i) in named else 1.0 for i in idx])
     order = np.argsort(-fused, kind="stable")
     scores = tuple(float(fused[i]) for i in order)
     gate = examples.evidence(vector, cosine) if examples else None
