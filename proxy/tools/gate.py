@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proxy.tools.text import terms
+from proxy.tools.text import clauses, language, terms
 
 TASK = re.compile(
     r"^\s*(write|create (a|an) (story|poem|list|short|essay|song|haiku)|make (a|an) (list|story|poem)|rank|parse|given|"
@@ -56,11 +56,84 @@ _CONVERSATIONAL = re.compile(
     r"[\s,.!?:;)(-]*)+$",
     re.IGNORECASE,
 )
+# Thanks, greetings and acknowledgements in the languages Keel knows (the start of the message).
+_SMALL_TALK = re.compile(
+    r"^\W*(?:thanks|thank you|thx|ty|cheers|hi|hello|hey|good (?:morning|evening|night|afternoon)|bye|great|awesome|"
+    r"perfect|nice|cool|ok(?:ay)?|got it|makes sense|danke|vielen dank|hallo|guten (?:morgen|tag|abend)|tschüss|super|"
+    r"gracias|muchas gracias|hola|buen(?:os|as) (?:días|tardes|noches)|vale|genial|perfecto|merci|bonjour|bonsoir|salut|"
+    r"parfait|génial|obrigad[oa]|olá|oi|bom dia|boa (?:tarde|noite)|perfeito|grazie|ciao|buongiorno|perfetto|"
+    r"dank je|dankjewel|bedankt|hoi|goedemorgen|ありがとう|どうも|こんにちは|おはよう|こんばんは|了解|謝謝|谢谢|多谢|你好|您好|"
+    r"早上好|好的|감사|고마워|고맙|안녕|спасибо|привет|здравствуй|отлично|понятно|teşekkür|sağ ?ol|merhaba|dziękuję|"
+    r"dzięki|cześć|dzień dobry|terima kasih|makasih|halo|selamat|cảm ơn|xin chào|chào|شكرا|مرحبا|السلام عليكم|"
+    r"धन्यवाद|शुक्रिया|नमस्ते)",
+    re.IGNORECASE,
+)
+# A request to act, in any language: a path, a URL, a repository, ticket, issue, channel or object
+# id, a place to look near. Such a turn always gets the ranked tools, whatever else it says.
+_ACT_SIGNAL = re.compile(
+    r"(?:^|[\s'\"(`])(?:~|\.{1,2})?/[\w.\-]+|\b[A-Za-z]:\\|"
+    r"\b[\w\-]+\.(?:py|js|ts|tsx|jsx|md|txt|json|ya?ml|csv|toml|log|conf|cfg|ini|html?|css|pdf|png|jpe?g|gif|svg|"
+    r"sh|go|rs|java|rb|sql|xml|env|lock|docx?|xlsx?|zip)\b|"
+    r"https?://|\bwww\.|\b[\w\-]+\.(?:com|org|net|io|dev|app|ai|co|de|fr|es|uk|jp|cn|gov|edu)\b|"
+    r"\b(?!(?:and|or|he|she|his|him|her|yes|true|km|miles|per|w|s)/)[A-Za-z][\w.\-]*/[\w.\-]*[A-Za-z0-9]\b|"
+    r"\b[A-Z][A-Z0-9]{1,9}-\d+\b|(?<![\w&])#\d+\b|(?<![\w&])#[a-z][\w\-]+|"
+    r"\b(?:PR|pr|issue|ticket|pull request)\s*#?\d+\b|\b[a-z]{2,6}_[A-Za-z0-9]{6,}\b|"
+    r"\bnear(?:by)?\b|\baround (?:me|here)\b|\bclosest\b|cerca de|près d|in der nähe|perto d|vicino a|in de buurt|"
+    r"近く|附近|근처|рядом|около|yakın|blisko|dekat|gần|"
+    r"^\W*(?:(?:now|then|also|and|so|ok(?:ay)?|next|first)\W+)?(?:please\s+|can you\s+|could you\s+|would you\s+|"
+    r"kindly\s+)?(?:open|read|download|upload|delete|remove|"
+    r"merge|push|commit|deploy|execute|send|post|reply|fetch|look up|move|rename|copy|assign|close|cancel|refund|"
+    r"scale|restart|restore|install|navigate|click|go to|book|schedule|star|fork|invite|archive|clone|roll ?back|"
+    r"retry|trigger|publish|notify|ping|dm|mark|resolve|reopen|transition|attach|pull up|bring up|submit|tail|"
+    r"create (?:a |an |the )?(?:new )?(?:branch|issue|ticket|page|folder|directory|file|repo|repository|pull|pr|"
+    r"project|customer|invoice|task|channel|release|tag|label|sprint|milestone|cycle|webhook|document|database|"
+    r"table|bucket|migration|deployment|pod|namespace|team|user|product|price|coupon|refund|payment|subscription)|"
+    r"make (?:a |an |the )?(?:new )?(?:folder|directory|branch|file|repo|ticket|issue|page))\b",
+    re.IGNORECASE,
+)
+# What a model writes or knows without a tool; a match keeps the turn on the no-tool side unless
+# it also carries an act signal.
+_OWN_WORK = re.compile(
+    r"\b(?:poem|story|haiku|joke|essay|limerick|song|lyrics|slogan|tagline|sonnet|riddle|rhyme|metaphor|analogy|"
+    r"cover letter|speech|toast|bio|dialogue|fairy tale|fable|pun|synonyms?|antonyms?)\b|"
+    r"^\W*(?:what do you think|do you think|in your opinion|i think|i feel|i believe|honestly|imho|lol|haha|"
+    r"can you explain|could you explain|explain (?:that|this|it|again|why)|what do you mean|why did you|"
+    r"i don'?t (?:understand|get it)|could you elaborate|elaborate|say that again|in simpler terms|"
+    r"what(?:'s| is) your (?:favou?rite|opinion)|tell me a (?:joke|story|fun fact)|tell me about yourself)\b|"
+    r"gedicht|geschichte|witz|poema|cuento|chiste|poème|histoire|blague|poesia|storia|barzelletta|piada|gedicht|"
+    r"詩|物語|冗談|ジョーク|诗|故事|笑话|시를|이야기|농담|стих|сказк|шутк|"
+    r"^\W*(?:warum|wieso|was ist|wie funktioniert|por qué|qué es|cómo funciona|pourquoi|qu'est-ce que|"
+    r"comment fonctionne|perché|cos'è|come funziona|por que|o que é|como funciona|waarom|wat is|hoe werkt|почему|"
+    r"что такое|как работает|neden|nedir|dlaczego|co to jest|mengapa|apa itu|tại sao|لماذا|ما هو|क्यों)|"
+    r"なぜ|とは|って何|为什么|什么是|為什麼|왜|이란|무엇인가",
+    re.IGNORECASE,
+)
 
 
 def conversational(text: str) -> bool:
-    """Thanks, greetings, acknowledgements: turns that need no tool whatever they share in words."""
-    return bool(_CONVERSATIONAL.match(text)) or not text.strip()
+    """Thanks, greetings, acknowledgements ("thanks, that fixed it!", "danke!", "谢谢"): turns
+    that need no tool whatever they share in words, unless they also ask something or name
+    something to act on."""
+    if not text.strip() or _CONVERSATIONAL.match(text):
+        return True
+    match = _SMALL_TALK.match(text)
+    if not match or acts(text) or "?" in text or "？" in text:
+        return False
+    rest = text[match.end():]
+    if match.group()[-1].isascii() and rest[:1].isalnum():
+        return False  # "hi" of "hiking"
+    return not REQUEST.search(rest) and not re.search(
+        r"\b(?:now|next|also|but|can|could|please|pls|let'?s|then|and)\b", rest, re.IGNORECASE) and len(rest.split()) <= 12
+
+
+def acts(text: str) -> bool:
+    """A request to act: a path, URL, id, "near…", or an action verb that works on something."""
+    return any(_ACT_SIGNAL.search(clause) for clause in clauses(text))
+
+
+def own_work(text: str) -> bool:
+    """Creative writing, opinion, a follow-up about an answer, or a why/what-is question."""
+    return bool(_OWN_WORK.search(text))
 
 
 # intercept, top/10, top/terms, task, knowledge, request, live/3, words/60, multi-line, small talk,
@@ -152,13 +225,23 @@ def semantic_features(text: str, top_score: float, evidence: SemanticEvidence) -
 
 
 def needs_tool_probability(top_score: float, text: str, evidence: SemanticEvidence | None = None) -> float:
-    """P(the turn needs a tool); small talk is always 0. `evidence`: the local model's, when the
-    ranking has it."""
+    """P(the turn needs a tool), on the safe side: small talk is 0; a request to act is at least
+    ACT_FLOOR; a turn in a language whose shapes the weights were not fitted on (anything but
+    English) is at least UNKNOWN_FLOOR unless it is clearly the model's own work. `evidence`:
+    the local model's, when the ranking has it."""
     if conversational(text):
         return 0.0
     if evidence is None:
         pairs = zip(WEIGHTS, features(text, top_score), strict=True)
     else:
         pairs = zip(SEMANTIC_WEIGHTS, semantic_features(text, top_score, evidence), strict=True)
-    z = sum(w * x for w, x in pairs)
-    return 1 / (1 + math.exp(-z))
+    p = 1 / (1 + math.exp(-sum(w * x for w, x in pairs)))
+    if acts(text):
+        return max(p, ACT_FLOOR)
+    if own_work(text):
+        return p
+    return max(p, UNKNOWN_FLOOR) if language(text) != "en" else p
+
+
+ACT_FLOOR = 0.9
+UNKNOWN_FLOOR = 0.6
