@@ -1,13 +1,14 @@
 """The embedded needs-tool gate: does this turn need any tool at all?
 
-A small logistic model over the ranking's raw top score and the shape of the message:
-a task the model does itself ("write a haiku", "explain…"), a knowledge question ("why…"),
-a request to fetch or act ("can you find…", "show me…"), real-world or live words
-("latest", "price", "my"…), and small talk (always no); with the `local` backend also the
-model's raw cosines to the nearest tools and to built-in examples of turns that do and do not
-need a tool. Its weights are fitted by
-`bench/fit_gate.py` on MetaTool's awareness set and Keel's labelled agent queries; that
-script prints held-out accuracy, and `bench/tools.py` reports the gate as shipped.
+Costs are asymmetric (a withheld tool fails a task, an extra one costs a few hundred tokens),
+so the gate says "no tool" only where it is confident: small talk in 17 languages, creative
+writing, opinions, follow-ups and why/what-is questions. A request to act (a path, URL, id,
+"near…", an action verb on a thing) always gets tools, and so does a turn in any language but
+English unless it is clearly one of those. In between, a small logistic model over the ranking's
+raw top score and the message's shape decides; with the `local` backend also the model's
+cosines to the nearest tools and to built-in example turns, in units of that model's own cosine
+scale. Its weights are fitted by `bench/fit_gate.py` on public fit halves (bench/splits.py);
+`bench/quality.py` reports the gate on held-out sets.
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def own_work(text: str) -> bool:
 
 
 # intercept, top/10, top/terms, task, knowledge, request, live/3, words/60, multi-line, small talk,
-# task*top/10, request*top/10 (fitted by bench/fit_gate.py)
-WEIGHTS = (-2.371, 1.583, 1.176, -0.892, -0.577, 1.124, 0.665, -0.246, -0.556, -0.422, -0.433, 0.736)
+# task*top/10, request*top/10 (fitted by bench/fit_gate.py on public fit halves)
+WEIGHTS = (-2.258, 1.553, 1.359, -0.946, -0.784, 1.005, 0.461, -0.342, -0.458, -0.839, -0.411, 0.662)
 
 
 def features(text: str, top_score: float) -> list[float]:
@@ -194,34 +195,24 @@ NO_TOOL_EXAMPLES = (
     "Draft a thank-you note for my colleague.",
 )
 
-# The same features plus the local model's evidence, each x10: the best five raw cosines to
-# the catalog's tools (top, top - 5th, mean) and the margin between the turn's closeness to the
-# needs-tool and the no-tool examples (mean of the best three each). Fitted for all-MiniLM-L6-v2.
-SEMANTIC_WEIGHTS = (-4.950, 0.784, 0.606, -0.742, -0.512, 0.931, 0.290, -0.123, -0.432, -0.287, -0.495, 0.600,
-                    0.595, -0.027, 0.552, 0.980)
-# The cosine scale those weights were fitted on: mean and spread of the pairwise cosines among
-# the example turns (printed by bench/fit_gate.py). Another model (or a different export that
-# moves them by more than SCALE_TOLERANCE) gets the lexical gate instead of miscalibrated evidence.
-SEMANTIC_SCALE = (0.0837, 0.0944)
-SCALE_TOLERANCE = 0.02
-
-
-def on_fitted_scale(mean: float, spread: float) -> bool:
-    """Do a model's example-turn cosines live on the scale SEMANTIC_WEIGHTS were fitted on?"""
-    return abs(mean - SEMANTIC_SCALE[0]) <= SCALE_TOLERANCE and abs(spread - SEMANTIC_SCALE[1]) <= SCALE_TOLERANCE
+# The same features plus the local model's evidence, in units of the model's own cosine scale
+# (GateExamples: spreads of the example turns' pairwise cosines from their mean, so any model
+# reads alike): the best five cosines to the catalog's tools (top, top - 5th, mean) and the margin
+# between the turn's closeness to the needs-tool and the no-tool examples (best three each).
+SEMANTIC_WEIGHTS = (-4.004, 0.728, 0.773, -0.730, -0.682, 0.827, 0.203, -0.176, -0.257, -0.547, -0.453, 0.502,
+                    0.605, -0.151, 0.616, 0.913)
 
 
 @dataclass(frozen=True)
 class SemanticEvidence:
-    cosines: Sequence[float]  # the best raw cosines to the catalog's tools, best first
-    example_margin: float  # closeness to NEEDS_TOOL_EXAMPLES minus closeness to NO_TOOL_EXAMPLES
+    cosines: Sequence[float]  # the best cosines to the catalog's tools, best first, on the model's scale
+    example_margin: float  # closeness to NEEDS_TOOL_EXAMPLES minus closeness to NO_TOOL_EXAMPLES, same units
 
 
 def semantic_features(text: str, top_score: float, evidence: SemanticEvidence) -> list[float]:
     """`features` plus the local model's evidence."""
     top5 = list(evidence.cosines[:5]) or [0.0]
-    return [*features(text, top_score), 10 * top5[0], 10 * (top5[0] - top5[-1]), 10 * sum(top5) / len(top5),
-            10 * evidence.example_margin]
+    return [*features(text, top_score), top5[0], top5[0] - top5[-1], sum(top5) / len(top5), evidence.example_margin]
 
 
 def needs_tool_probability(top_score: float, text: str, evidence: SemanticEvidence | None = None) -> float:
