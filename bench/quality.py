@@ -84,7 +84,7 @@ def tool_rows(backend: str, shipper: Shipper, quick: bool) -> dict[str, str]:
             out[f"H {name} {cls}"] = frac(held.recall(cls))
         out[f"H {name} conversational lean"] = frac(share(lean.lean))
         out[f"H {name} gate withholds (acts)"] = frac(share(held.withheld))
-        out[f"H {name} tool-token cut (min / median)"] = f"{min(held.cut):.1%} / {statistics.median(held.cut):.1%}"
+        out[f"H {name} tool-token cut (mean / min)"] = f"{statistics.mean(held.cut):.1%} / {min(held.cut):.1%}"
         out[f"H {name} tools shipped (median)"] = f"{statistics.median(held.shipped):.0f}"
         dev = tally(shipper, tools, jsonl(DEV / f"tools_{name}.jsonl"))
         out[f"C {name} dev recall"] = frac(dev.recall())
@@ -194,7 +194,7 @@ TARGETS = {"H 208 first-shot recall": ">=0.80 / >=0.90", "H 782 first-shot recal
            "H 782 non_english": ">=0.60", "H 782 multi_step": ">=0.50", "H 208 non_english": ">=0.60",
            "H 208 multi_step": ">=0.50", "H 208 conversational lean": ">=0.90", "H 782 conversational lean": ">=0.90",
            "H 208 gate withholds (acts)": "<=0.02", "H 782 gate withholds (acts)": "<=0.02",
-           "H 208 tool-token cut (min / median)": ">=95%", "H 782 tool-token cut (min / median)": ">=95%",
+           "H 208 tool-token cut (mean / min)": ">=95%", "H 782 tool-token cut (mean / min)": ">=95%",
            "H memory recall / FP (hard negatives)": ">=0.95 / <=0.15", "H memory recall, worst language": ">=0.95",
            "H chat mix: memory-model runs avoided": ">=0.80", "C lexical ranking p50 ms, 200 tools": "<=1",
            "C lexical ranking p50 ms, 1000 tools": "<=5"}
