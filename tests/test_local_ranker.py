@@ -130,17 +130,14 @@ class Shifted:
         return vectors / self._np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def test_a_model_off_the_fitted_scale_gets_the_lexical_gate(encoder: LocalEncoder,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
-    from proxy.tools.gate import needs_tool_probability
-    from proxy.tools.ranking import LexicalRanker
-
+def test_a_model_on_another_cosine_scale_reads_alike(encoder: LocalEncoder) -> None:
+    """A model whose cosines all sit higher (another model, another export) gets the semantic gate
+    on its own scale, measured at load: the same turns come out on the same side."""
     query, catalog = "tell the team in chat that we shipped", build_catalog("c", tools())
     everything = range(len(catalog.entries))
-    assert LocalRanker(encoder).examples.fitted
-    shifted = LocalRanker(Shifted(encoder))  # type: ignore[arg-type]
-    assert not shifted.examples.fitted and "off the scale" in caplog.text
-    lexical_top = LexicalRanker().rank_now(query, catalog, everything, 5).top_score
-    assert shifted.rank_now(query, catalog, everything, 5).needs_tool == needs_tool_probability(lexical_top, query)
-    assert LocalRanker(encoder).rank_now(query, catalog, everything, 5).needs_tool != \
-        needs_tool_probability(lexical_top, query)
+    base, shifted = LocalRanker(encoder), LocalRanker(Shifted(encoder))  # type: ignore[arg-type]
+    assert shifted.examples.scale[0] > base.examples.scale[0] + 0.1
+    for text in (query, "write a sonnet about autumn leaves for my grandmother"):
+        ours, theirs = base.rank_now(text, catalog, everything, 5), shifted.rank_now(text, catalog, everything, 5)
+        assert (ours.needs_tool >= 0.5) == (theirs.needs_tool >= 0.5)
+        assert abs(ours.needs_tool - theirs.needs_tool) < 0.25

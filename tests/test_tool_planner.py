@@ -83,13 +83,14 @@ async def test_low_confidence_widens(confidence: float | None, width: int) -> No
 
 
 @pytest.mark.parametrize("scores, cut_at_drop, width", [
-    ((10, 9.5, 6, 5.9, 5.8, 5.7), 0.2, 2),   # the best two stand out: only they ship
+    ((10, 9.5, 6, 5.9, 5.8, 5.7), 0.2, 3),   # the best two stand out: they ship, with one more (MIN_SHIPPED)
     ((10, 9.5, 8, 7.9, 7.8, 7.7), 0.2, 5),   # no drop of 20%: the whole shortlist
     ((10, 9.5, 6, 5.9, 5.8, 5.7), 0.0, 5),   # off
-    ((10, 4, 3.9, 3.8, 3.7, 3.6), 0.2, 1),   # a clear winner ships alone
+    ((10, 4, 3.9, 3.8, 3.7, 3.6), 0.2, 3),   # a clear winner never ships alone: a standout can be wrong
 ])
 async def test_standing_out_tools_ship_alone(scores: tuple[float, ...], cut_at_drop: float, width: int) -> None:
-    """The shortlist is cut at its largest relative score drop when that drop reaches `cut_at_drop`."""
+    """The shortlist is cut at its largest relative score drop when that drop reaches `cut_at_drop`,
+    never below MIN_SHIPPED tools."""
     cfg = {"select": {"shortlist": 5, "cut_at_drop": cut_at_drop}}
     result = await plan("x", FakeRanker(best=NAMES, scores=scores), tools_cfg=cfg)
     assert result.surfaced == tuple(sorted(NAMES[:width]))

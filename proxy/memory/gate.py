@@ -1,10 +1,13 @@
 """The embedded memory gate: is the newest user message asking to remember, update or forget?
 
-Multilingual patterns for explicit requests (English, Spanish, French, German, Portuguese,
-Italian, Japanese, Chinese), plus short confirmations ("yes, remember that", "sí, guárdalo")
-read against the assistant's offer to remember that they answer. Stated preferences and
-personal facts without a request are not requests: the default memory instructions keep only
-what the user asks to keep, so the gate says no and the memory model does not run.
+Patterns in 17 languages (`proxy.memory.phrases`) for explicit requests about the user: keep
+("remember that I…"), forget ("forget my address"), being called something ("call me Sam"),
+updates to a fact ("I moved from Lisbon to Porto", "my new email is…"), and a yes to the
+assistant's offer to remember, read against that offer. Costs are asymmetric (a skipped memory
+is lost, an extra run is one cheap call), so the gate says no only where it knows the language:
+a message in any other language or script runs the memory model. It says no to what only looks
+like memory: quoted speech, instructions about the task ("don't forget to add tests", "forget
+the last paragraph"), questions about what the assistant remembers or how memory works.
 """
 
 from __future__ import annotations
@@ -14,53 +17,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proxy.memory import phrases
 from proxy.messages import message_text
+from proxy.tools.text import language
 
-_REQUEST = re.compile(
-    "|".join(
-        [
-            # English
-            r"\b(please\s+)?(remember|memori[sz]e|keep in mind|note down|make a note|save (this|that|it)|store (this|that))\b",
-            r"\b(don'?t|do not) forget\b",
-            r"\bforget (that|about|where|what|my|everything|it)\b|\bforget\b.*\b(please|now)\b|^\s*forget\b",
-            r"\b(update|change|correct) (my|the) (memory|location|address|name|preference|info|details|profile)",
-            r"\bupdate (that|it) in (your )?memory\b",
-            r"\b(change|update|correct|set|add|save|put|store)\b.{0,60}\b(in|to|into|from) (your )?memory\b",
-            # Spanish
-            r"\b(recuerda|recuérdalo|recordá|acuérdate|guarda (esto|eso|que)|guárdalo|no olvides|olvida|olvídalo|"
-            r"actualiza (mi|la))\b",
-            # French
-            r"\b(souviens-toi|rappelle-toi|retiens|n'oublie pas|oublie|mémorise|enregistre (ça|cela|que)|"
-            r"mets à jour (mon|ma))\b",
-            # German
-            r"\b(merk dir|merke dir|vergiss|speicher(e)?,?\s+(das|dass|bitte)|aktualisiere (mein\w*)|behalte im kopf)\b",
-            # Portuguese
-            r"\b(lembre(-se)?|lembra(-te)?|não esqueça|esqueça|memorize|guarde (isso|que)|atualize (meu|minha))\b",
-            # Italian
-            r"\b(ricorda(ti|lo|la|melo)?|non dimenticare|dimentica|memorizza|aggiorna (il mio|la mia))\b",
-            # Japanese
-            r"(覚えて|覚えておいて|記憶して|忘れて|忘れないで|メモして|更新して)",
-            # Chinese
-            r"(记住|記住|忘掉|忘记|忘記|别忘了|別忘了|更新我的|帮我记)",
-        ]
-    ),
+_QUOTED = re.compile(r"\"[^\"]{2,}\"|“[^”]{2,}”|„[^“”]{2,}[“”]|«[^»]{2,}»|「[^」]{2,}」|『[^』]{2,}』|"
+                     r"(?<![\w])'[^']{2,}'(?![\w])|‘[^’]{2,}’")
+_IMPERATIVE_EN = re.compile(
+    r"(?:^|[,.;:!?]\s*|\b(?:please|pls|and|also|just|kindly|always|so|ok|okay|yes|yeah|now|can you|could you|"
+    r"would you|will you|you should|i want you to|i'd like you to|need you to|make sure to|try to|to)\s+)$",
     re.IGNORECASE,
 )
-_CONFIRM = re.compile(
-    r"^\s*(yes|yeah|yep|sure|ok(ay)?|please do|do it|go ahead|sí|si|claro|oui|d'accord|ja|gerne|sim|certo|"
-    r"はい|お願い|好的|是的|可以)\b[\s,.!]*.{0,40}$",
-    re.IGNORECASE,
-)
-_OFFER = re.compile(
-    r"\b(remember|save|store|keep|note)\b.{0,60}\b(for (you|next time|later)|in (my )?memory)\b|"
-    r"\b(should|shall|want me to|would you like me to) (i )?(remember|save|store|note)\b",
-    re.IGNORECASE,
-)
-_QUESTION_ABOUT = re.compile(
-    r"\b(do you|can you|what do you|how do you)\s+(remember|recall)\b|"
-    r"\bhow (do|can|could|should) (i|we|one)\b.{0,20}\b(remember|memori[sz]e)\b|\bhow to (remember|memori[sz]e)\b",
-    re.IGNORECASE,
-)
+YES, NO, NOT_SURE = 0.95, 0.03, 0.6
 
 
 @dataclass(frozen=True)
@@ -93,16 +61,67 @@ class LexicalMemoryGate:
         return self.judge_now(text, context, valid_keys, memory)
 
     def judge_now(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
-              memory: dict[str, str]) -> GateResult:
-        if not text.strip() or _QUESTION_ABOUT.search(text):
-            return GateResult(0.02)
-        explicit = bool(_REQUEST.search(text))
-        if not explicit:
-            offered = any(m.get("role") == "assistant" and _OFFER.search(message_text(m)) for m in context[-2:])
-            explicit = offered and bool(_CONFIRM.match(text))
-        if not explicit:
-            return GateResult(0.03)
+                  memory: dict[str, str]) -> GateResult:
+        if not text.strip():
+            return GateResult(NO)
+        said = _QUOTED.sub(" ", text)  # what the user says, not what someone else said
+        lang = language(said if said.strip() else text)
+        short_latin = lang == "und" and len(said.split()) <= 4 and all(ord(c) < 0x0250 for c in said)
+        if lang not in phrases.LANGUAGES and not short_latin:
+            return GateResult(NOT_SURE)  # a language the patterns do not know: run the memory model
+        if not (asks(said, context) or confirms(said, context)):
+            return GateResult(NO)
         lowered = text.lower()
         category = next((k for k in valid_keys if k.lower() in lowered), None)
-        updates = any(k.lower() in lowered for k in memory) or bool(re.search(r"\b(update|actually|moved|now)\b", lowered))
-        return GateResult(0.95, category, updates)
+        updates = any(k.lower() in lowered for k in memory) or _found(phrases.UPDATE, lang, said) is not None or bool(
+            re.search(r"\b(update|actually|moved|now)\b", lowered))
+        return GateResult(YES, category, updates)
+
+
+def _found(table: dict[str, re.Pattern[str] | None], lang: str, text: str) -> re.Match[str] | None:
+    pattern = table.get(lang)
+    return pattern.search(text) if pattern else None
+
+
+def asks(text: str, context: Sequence[dict[str, Any]]) -> bool:
+    """An explicit request about the user: to be called something, an update, or to keep or
+    forget something the user says of themself, in any of the languages (each language's verbs
+    with its own first-person words, so a short or mixed message needs no language guess)."""
+    question = (text.rstrip().endswith(("?", "？", "؟")) or phrases.WH_START.search(text)) and not (
+        phrases.MODAL.search(text) and not phrases.WH_START.search(text))
+    if phrases.RECALL.search(text) or question:
+        return False
+    return any(_asks_in(text, lang, context) for lang in phrases.LANGUAGES)
+
+
+def _asks_in(text: str, lang: str, context: Sequence[dict[str, Any]]) -> bool:
+    if _found(phrases.CALL_ME, lang, text) or _found(phrases.UPDATE, lang, text):
+        return True
+    first_person = lang in phrases.PRO_DROP or _found(phrases.FIRST_PERSON, lang, text) is not None
+    keep = _found(phrases.KEEP, lang, text)
+    if keep and first_person and (lang != "en" or _imperative(text[: keep.start()])):
+        return True
+    dont = _found(phrases.DONT_FORGET, lang, text)
+    if dont:  # "don't forget that I…", never "don't forget to add tests"
+        return _found(phrases.FIRST_PERSON, lang, text) is not None and not re.match(r"\s+to\b", text[dont.end():], re.IGNORECASE)
+    forget = _found(phrases.FORGET, lang, text)
+    if forget is None or phrases.TASK_OBJECT.search(text) or (lang == "en" and not _imperative(text[: forget.start()])):
+        return False
+    after_saving = any(m.get("role") == "assistant" and phrases.OFFER.search(message_text(m)) for m in context[-2:])
+    return first_person or after_saving or bool(re.search(r"\b(?:about me|everything)\b", text, re.IGNORECASE))
+
+
+def _imperative(before: str) -> bool:
+    """Does an English verb that starts after `before` give an order ("please remember", "and
+    forget…"), rather than tell ("I also remember", "before I forget")?"""
+    if re.search(r"\b(?:i|you|we|they|he|she|it|who|that)\s+(?:\w+\s+)?$", before, re.IGNORECASE):
+        return bool(re.search(r"\b(?:can|could|would|will) you\s+(?:please\s+|just\s+)?$", before, re.IGNORECASE))
+    return bool(_IMPERATIVE_EN.search(before))
+
+
+def confirms(text: str, context: Sequence[dict[str, Any]]) -> bool:
+    """A short yes to the assistant's offer to remember something, in any of the languages."""
+    if len(text) > 80 or phrases.NO.search(text) or not phrases.YES.search(text):
+        return False
+    return any(m.get("role") == "assistant" and phrases.OFFER.search(message_text(m))
+               and any(mark in message_text(m) for mark in "?？؟") for m in context[-2:])

@@ -8,10 +8,11 @@ walks only the postings of its own words, so 1,000 tools cost well under a milli
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from proxy.tools.text import split_identifier, stem, terms
+from proxy.tools.text import STOPWORDS, query_terms, split_identifier, stem, terms
 
 NAME_WEIGHT = 3.0
 DESCRIPTION_WEIGHT = 1.0
@@ -51,7 +52,77 @@ class LexicalIndex:
     def scores(self, query: str) -> dict[int, float]:
         """BM25 score per tool index, for tools sharing at least one word with the query."""
         scores: dict[int, float] = defaultdict(float)
-        for word in set(terms(query)):
+        for word in set(query_terms(query)):
             for doc, weight in self._postings.get(word, ()):
                 scores[doc] += weight
         return scores
+
+
+# Leading name words that are actions, not products: `list_issues` is no "list" family.
+_VERB_WORDS = (
+    "get list create update delete search read write add remove set find manage execute run analyze apply "
+    "generate describe fetch retrieve move edit post put patch query check start stop cancel mark merge push "
+    "open close upload download install uninstall upgrade toggle trigger simulate show convert batch bulk data"
+)
+_VERBS = frozenset(stem(w) for w in _VERB_WORDS.split())
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
+
+
+def _product_words(text: str) -> tuple[set[str], set[str]]:
+    """Stems a description capitalizes mid-sentence (Jira, CloudWatch), and every stem it uses."""
+    capitalized, every = set(), set()
+    for match in _WORD.finditer(text):
+        word, start = match.group(), match.start()
+        every.add(stem(word.lower()))
+        initial = start == 0 or text[max(0, start - 2) : start].strip() in ("", ".", "!", "?", ":", "-", "*", "#")
+        if word[0].isupper() and not initial and len(word) >= 4 and stem(word.lower()) not in _VERBS:
+            capitalized.add(stem(word.lower()))
+    return capitalized, every
+
+
+class Namespaces:
+    """Which tools a request naming a product or server means: "in Linear…", "the Jira ticket",
+    "with kubectl". Groups come from the `server__` prefix (each of its words), from a name's
+    leading word shared by three or more tools and used by few others (slack_*, browser_*), and
+    from product words the descriptions capitalize mid-sentence (GitHub, Confluence, CloudWatch)
+    that one server owns."""
+
+    def __init__(self, names: Sequence[str], descriptions: Sequence[str], servers: Sequence[str | None]) -> None:
+        groups: dict[str, set[int]] = defaultdict(set)
+        family: dict[str, set[int]] = defaultdict(set)
+        mentions: dict[str, set[int]] = defaultdict(set)
+        uses: dict[str, set[int]] = defaultdict(set)
+        for i, (name, server, text) in enumerate(zip(names, servers, descriptions, strict=True)):
+            for part in (server or "").split("_"):
+                if len(part) >= 3 and stem(part) not in _VERBS:
+                    groups[stem(part.lower())].add(i)
+            words = split_identifier(name.split("__", 1)[-1])
+            if words and len(words[0]) >= 3 and stem(words[0]) not in _VERBS | STOPWORDS:
+                family[stem(words[0])].add(i)
+            capitalized, every = _product_words(text)
+            for word in capitalized:
+                mentions[word].add(i)
+            for word in every:
+                uses[word].add(i)
+        for word, members in family.items():
+            if len(members) >= 3 and len(uses.get(word, set()) - members) <= len(members) // 10:
+                groups[word] |= members
+        for word, members in mentions.items():
+            if len(members) < 3 or word in STOPWORDS or len(uses[word]) > 1.25 * len(members):
+                continue
+            owners: dict[str | None, int] = defaultdict(int)
+            for i in members:
+                owners[servers[i]] += 1
+            owner, count = max(owners.items(), key=lambda kv: kv[1])
+            if owner is not None and count >= 0.8 * len(members):
+                groups[word] |= {i for i, s in enumerate(servers) if s == owner}
+            elif owner is None and len(members) <= len(names) // 2:
+                groups[word] |= members
+        self.groups = {w: frozenset(m) for w, m in groups.items() if len(m) < len(names)}
+
+    def named(self, query: str) -> frozenset[int]:
+        """Tools of every group the query names (empty when it names none)."""
+        found: set[int] = set()
+        for word in set(query_terms(query)):
+            found |= self.groups.get(word, frozenset())
+        return frozenset(found)

@@ -1,6 +1,10 @@
 """The `local` ranker: a small sentence-embedding model in-process, fused with BM25.
 
-all-MiniLM-L6-v2 as int8 ONNX (onnxruntime + tokenizers, the optional `local` extra). Tool
+Any ONNX sentence-embedding model with a tokenizer.json (all-MiniLM-L6-v2 as int8 ONNX by
+default; onnxruntime + tokenizers, the optional `local` extra): a model that outputs a sentence
+embedding is used as it is, else its token states are pooled as its 1_Pooling/config.json says
+(mean by default, CLS when it says so). The needs-tool gate reads the model's cosines on the
+model's own scale, measured at load on the gate's example turns, so no model's scale is assumed. Tool
 vectors are computed once per schema, off the request path: until a catalog's vectors are
 ready its turns are ranked lexically, so a new catalog never stalls a request. Scores fuse
 0.2 * BM25/max with 0.8 * min-max-scaled cosine.
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -18,14 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from proxy.tools.catalog import Catalog, ToolEntry
-from proxy.tools.gate import (
-    NEEDS_TOOL_EXAMPLES,
-    NO_TOOL_EXAMPLES,
-    SemanticEvidence,
-    needs_tool_probability,
-    on_fitted_scale,
-)
-from proxy.tools.ranking import LexicalRanker, Ranking, confidence
+from proxy.tools.gate import NEEDS_TOOL_EXAMPLES, NO_TOOL_EXAMPLES, SemanticEvidence, needs_tool_probability
+from proxy.tools.ranking import NAMED_BOOST, LexicalRanker, Ranking, confidence, lexical_scores, namespaces
+from proxy.tools.text import english_hint
 
 log = logging.getLogger("keel.tools")
 
@@ -52,6 +52,10 @@ class LocalEncoder:
         self.session = onnxruntime.InferenceSession(str(directory / "model.onnx"), options,
                                                     providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self.session.get_inputs()}
+        outputs = [o.name for o in self.session.get_outputs()]
+        self._sentence_output = next((o for o in outputs if "sentence" in o or "pooler" in o), None)
+        pooling = directory / "1_Pooling" / "config.json"
+        self._cls = pooling.exists() and bool(json.loads(pooling.read_text()).get("pooling_mode_cls_token"))
         self._lock = threading.Lock()
 
     def encode(self, texts: Sequence[str]) -> Any:
@@ -70,9 +74,13 @@ class LocalEncoder:
         feed = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(ids)
+        feed = {k: v for k, v in feed.items() if k in self._inputs}
         with self._lock:
+            if self._sentence_output is not None:
+                pooled = self.session.run([self._sentence_output], feed)[0][0]
+                return pooled / max(float(np.linalg.norm(pooled)), 1e-9)
             hidden = self.session.run(None, feed)[0][0]
-        pooled = (hidden * mask[0][:, None]).sum(axis=0) / max(int(mask.sum()), 1)
+        pooled = hidden[0] if self._cls else (hidden * mask[0][:, None]).sum(axis=0) / max(int(mask.sum()), 1)
         return pooled / max(float(np.linalg.norm(pooled)), 1e-9)
 
 
@@ -84,10 +92,7 @@ class LocalRanker:
     def __init__(self, encoder: LocalEncoder) -> None:
         self.encoder = encoder
         self.examples = GateExamples(encoder)
-        if not self.examples.fitted:
-            log.warning("the local model's cosines are off the scale the needs-tool gate was fitted on "
-                        "(example-turn cosines mean %.3f, spread %.3f): the gate uses the lexical weights",
-                        *self.examples.scale)
+        log.info("local model cosine scale (example turns): mean %.3f, spread %.3f", *self.examples.scale)
         self.lexical = LexicalRanker()
         self._vectors: OrderedDict[str, Any] = OrderedDict()  # schema hash → vector (bounded, newest kept)
         self._matrices: OrderedDict[str, Any] = OrderedDict()  # catalog key → matrix (rows in catalog order)
@@ -125,13 +130,13 @@ class LocalRanker:
     async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         if not self.ready(catalog):
             return self.lexical.rank_now(query, catalog, candidates, shortlist)
-        vector = (await asyncio.to_thread(self.encoder.encode, [query]))[0]
+        vector = (await asyncio.to_thread(self.encoder.encode, [english_hint(query)]))[0]
         return self.rank_with(vector, query, catalog, candidates, shortlist)
 
     def rank_now(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         """Synchronous ranking (benchmarks): indexes the catalog first if needed."""
         self.matrix(catalog)
-        return self.rank_with(self.encoder.encode([query])[0], query, catalog, candidates, shortlist)
+        return self.rank_with(self.encoder.encode([english_hint(query)])[0], query, catalog, candidates, shortlist)
 
     def matrix(self, catalog: Catalog) -> Any:
         """The catalog's tool vectors, rows in catalog order (indexed now, blocking, if needed)."""
@@ -141,12 +146,13 @@ class LocalRanker:
 
     def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
-        examples = self.examples if self.examples.fitted else None
-        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, examples)
+        return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, self.examples)
 
 
 class GateExamples:
-    """The gate's example turns as vectors (gate.NEEDS_TOOL_EXAMPLES / NO_TOOL_EXAMPLES)."""
+    """The gate's example turns as vectors (gate.NEEDS_TOOL_EXAMPLES / NO_TOOL_EXAMPLES), and the
+    model's cosine scale measured on them: the mean and spread of their pairwise cosines. The
+    gate's evidence is in those units (a z-score), so SEMANTIC_WEIGHTS hold for any model."""
 
     def __init__(self, encoder: LocalEncoder) -> None:
         import numpy as np
@@ -155,8 +161,7 @@ class GateExamples:
         self.none = encoder.encode(NO_TOOL_EXAMPLES)
         both = np.concatenate([self.needs, self.none])
         pairs = (both @ both.T)[np.triu_indices(len(both), 1)]
-        self.scale = (float(pairs.mean()), float(pairs.std()))  # this model's cosine scale
-        self.fitted = on_fitted_scale(*self.scale)
+        self.scale = (float(pairs.mean()), max(float(pairs.std()), 1e-6))  # this model's cosine scale
 
     def margin(self, vector: Any) -> float:
         """Mean cosine to the three closest needs-tool examples minus that to the three closest others."""
@@ -165,17 +170,19 @@ class GateExamples:
         return float(np.sort(self.needs @ vector)[-3:].mean() - np.sort(self.none @ vector)[-3:].mean())
 
     def evidence(self, vector: Any, cosines: Any) -> SemanticEvidence:
-        """The gate's evidence for a turn: its best five raw cosines to the tools, and its margin."""
+        """The gate's evidence for a turn, on this model's scale: its best five cosines to the
+        tools and its margin, each in spreads of the example turns' cosines (from their mean)."""
         import numpy as np
 
-        return SemanticEvidence(np.sort(cosines)[::-1][:5].tolist(), self.margin(vector))
+        mean, spread = self.scale
+        best = (np.sort(cosines)[::-1][:5] - mean) / spread
+        return SemanticEvidence(best.tolist(), self.margin(vector) / spread)
 
 
 def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
          shortlist: int, examples: GateExamples | None = None) -> Ranking:
     """0.2 x BM25/max + 0.8 x min-max-scaled cosine over the candidates (rows of `matrix`).
-    `examples`: the needs-tool gate also weighs the local model's evidence (its weights are
-    fitted for that model; another model's cosines live on another scale)."""
+    `examples`: the needs-tool gate also weighs the local model's evidence, on its own scale."""
     import numpy as np
 
     if not candidates:
@@ -184,10 +191,13 @@ def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Seq
     cosine = matrix[idx] @ vector
     low, high = float(cosine.min()), float(cosine.max())
     scaled = (cosine - low) / (high - low) if high > low else np.zeros_like(cosine)
-    bm25 = catalog.index.scores(query)
+    bm25 = lexical_scores(query, catalog)
     lexical = np.array([bm25.get(int(i), 0.0) for i in idx])
     top_bm25 = float(lexical.max()) if len(lexical) else 0.0
     fused = COSINE_WEIGHT * scaled + (BM25_WEIGHT * lexical / top_bm25 if top_bm25 > 0 else 0.0)
+    named = namespaces(catalog).named(query)
+    if named:
+        fused = fused * np.array([NAMED_BOOST if int(i) in named else 1.0 for i in idx])
     order = np.argsort(-fused, kind="stable")
     scores = tuple(float(fused[i]) for i in order)
     gate = examples.evidence(vector, cosine) if examples else None

@@ -170,6 +170,8 @@ class ToolPlanner:
 
     async def _select(self, request: Turn, catalog: Catalog, query: str,
                       pinned: set[str]) -> tuple[list[str], list[str], str]:
+        from proxy.tools.text import clauses
+
         select = request.tenant.tools.select
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
         ranking, outcome = await self._rank(request, catalog, query, candidates)
@@ -180,11 +182,28 @@ class ToolPlanner:
                 width += select.low_confidence_extra
             width = standing_out(ranking.scores, width, select.cut_at_drop)
             selected = [catalog.entries[i].name for i in ranking.order[:width]]
+            steps = clauses(query)
+            if len(steps) > 1:  # a multi-step ask: every step's best tools, not only the whole's
+                selected += await self._steps(request, catalog, steps, candidates, selected)
         elif ranking is not None and not ranking.fallback:
             outcome = "no_tool_needed"
         surfaced = sorted(pinned | set(selected))
         deferred = sorted(e.name for e in catalog.entries if e.name not in pinned and e.name not in selected)
         return surfaced, deferred, outcome
+
+    async def _steps(self, request: Turn, catalog: Catalog, steps: Sequence[str], candidates: list[int],
+                     selected: Sequence[str]) -> list[str]:
+        """The best few tools of each step ranked on its own (at most 6 steps, 3 tools each), so
+        a shortlist the whole ask clusters on one step still ships the others'."""
+        added: list[str] = []
+        for step in steps[:6]:
+            ranking, _ = await self._rank(request, catalog, step, candidates)
+            if ranking is None:
+                continue
+            width = standing_out(ranking.scores, 3, request.tenant.tools.select.cut_at_drop)
+            added += [n for n in (catalog.entries[i].name for i in ranking.order[:width])
+                      if n not in selected and n not in added]
+        return added
 
     def _cheaper(self, request: Turn, catalog: Catalog, messages: Sequence[dict[str, Any]],
                  frozen: dict[str, Any], fresh: list[dict[str, Any]]) -> bool:

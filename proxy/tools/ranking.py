@@ -9,12 +9,22 @@ message, into the needs-tool probability.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from proxy.tools.catalog import Catalog
 from proxy.tools.gate import needs_tool_probability
+from proxy.tools.lexical import Namespaces
+
+# A tool of a server or product the turn names ("in Linear…", "the Jira ticket") scores this
+# many times its own score (fitted on Keel's development sets, bench/quality.py --tune).
+NAMED_BOOST = 2.0
+# Fewest ranked tools shipped when the gate says a tool is needed: a lone standout can be wrong,
+# and a miss costs a round trip where a tool costs a few hundred tokens.
+MIN_SHIPPED = 3
 
 
 @dataclass(frozen=True)
@@ -49,12 +59,41 @@ def standing_out(scores: Sequence[float], width: int, min_drop: float) -> int:
     among them, when that drop is at least `min_drop`; else all `width`. A turn whose best
     tools clearly stand out ships only those; the rest stay one search away."""
     width = min(width, len(scores))
-    if min_drop <= 0 or width < 2:
+    if min_drop <= 0 or width <= MIN_SHIPPED:
         return width
     drops = [(1 - scores[i] / scores[i - 1] if scores[i - 1] > 0 else 0.0, i)
              for i in range(1, min(width + 1, len(scores)))]
     drop, at = max(drops, key=lambda d: (d[0], -d[1]))
-    return at if drop >= min_drop else width
+    return max(at, MIN_SHIPPED) if drop >= min_drop else width
+
+
+_NAMESPACES: OrderedDict[str, Namespaces] = OrderedDict()
+_NAMESPACES_LOCK = threading.Lock()
+
+
+def namespaces(catalog: Catalog) -> Namespaces:
+    """The catalog's server/product groups, derived once per catalog (bounded, newest kept)."""
+    with _NAMESPACES_LOCK:
+        found = _NAMESPACES.get(catalog.key)
+        if found is not None:
+            _NAMESPACES.move_to_end(catalog.key)
+            return found
+    entries = catalog.entries
+    found = Namespaces([e.name for e in entries], [e.description for e in entries], [e.server for e in entries])
+    with _NAMESPACES_LOCK:
+        _NAMESPACES[catalog.key] = found
+        while len(_NAMESPACES) > 64:
+            _NAMESPACES.popitem(last=False)
+    return found
+
+
+def lexical_scores(query: str, catalog: Catalog) -> dict[int, float]:
+    """BM25 per tool, the tools of a server or product the query names boosted."""
+    scores = catalog.index.scores(query)
+    named = namespaces(catalog).named(query)
+    if named:
+        scores = {i: s * NAMED_BOOST if i in named else s for i, s in scores.items()}
+    return scores
 
 
 class LexicalRanker:
@@ -64,7 +103,7 @@ class LexicalRanker:
     def rank_now(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
         allowed = set(candidates)
         scored = sorted(
-            ((score, i) for i, score in catalog.index.scores(query).items() if i in allowed and score > 0),
+            ((score, i) for i, score in lexical_scores(query, catalog).items() if i in allowed and score > 0),
             key=lambda pair: (-pair[0], pair[1]),
         )
         scores = tuple(s for s, _ in scored)
