@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from proxy import jsontext  # noqa: E402
 from proxy.config import parse_config  # noqa: E402
-from proxy.turn import Turn  # noqa: E402
 from proxy.metrics import Metrics  # noqa: E402
 from proxy.tokens import TokenCounter  # noqa: E402
 from proxy.tools.catalog import CatalogCache  # noqa: E402
 from proxy.tools.planner import ToolPlan, ToolPlanner  # noqa: E402
 from proxy.tools.ranking import LexicalRanker  # noqa: E402
+from proxy.turn import Turn  # noqa: E402
 
 CATALOGS = ROOT.parent / "shared" / "data" / "catalogs"
 MODEL_DIR = ROOT.parent / "shared" / "data" / "models" / "all-MiniLM-L6-v2-int8"
