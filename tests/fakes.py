@@ -46,6 +46,8 @@ class FaultyStore:
     def __getattr__(self, name: str) -> Any:
         if name in ("close",):
             return getattr(self.inner, name)
+        if name == "job_queue":  # its queue fails the same way
+            return lambda: FaultyStore(None, self.mode)
 
         async def fault(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
