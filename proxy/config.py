@@ -243,11 +243,6 @@ class ToolsConfig(_Model):
     pricing: dict[str, PriceConfig] = Field(default_factory=lambda: {"default": PriceConfig()},
                                             description="judgment prices per model; 'default' for the rest")
 
-    @property
-    def dispatch(self) -> bool:
-        """Is the tool block frozen for good, later tools called through call_tool?"""
-        return self.stability in ("dispatch", "auto")
-
     def judgment_cost(self, model: str | None, usage: Any) -> float | None:
         """What a judgment's (or the memory model's) usage cost, priced from `pricing` (the
         model's price, else 'default'); None when there is no usage or no price."""

@@ -27,6 +27,7 @@ from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
+from proxy.tools.stability import BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
 from proxy.turn import Turn
 
 log = logging.getLogger("keel.tools")
@@ -63,12 +64,6 @@ def generic_calls(messages: list[dict[str, Any]], records: Sequence[Any]) -> lis
             message = {**message, "tool_calls": calls}
         out.append(message)
     return out
-
-
-def dispatching(request: Turn) -> bool:
-    """Is the tool block frozen for good, later tools called through `call_tool`? (Dispatch and
-    auto stability, on Chat Completions; the other shapes keep a segment's block and append.)"""
-    return request.tenant.tools.dispatch and request.codec.shape == "chat"
 
 
 class _NoStore:
@@ -114,41 +109,47 @@ class ToolPlanner:
         if catalog is None or SEARCH_TOOL in catalog.by_name:
             return request  # not function tools, or the client has its own tool_search: leave them alone
         records = request.location.records if request.location else ()
+        policy = policy_for(request)
         messages = splice(request.messages, records, catalog.key)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
-        if dispatching(request):
+        if policy.dispatch:
             messages = generic_calls(messages, records)
-        frozen = None
-        if cfg.stability != "per_turn" and request.location is not None:
-            frozen = await self._frozen(request, catalog)
-            if frozen is not None and cfg.stability != "auto":
-                return self._segment(request, catalog, messages, pinned, frozen)
-        surfaced, deferred, outcome = await self._select(request, catalog, query, pinned)
+        return await policy.plan(self, TurnTools(request, catalog, messages, query, frozenset(pinned)))
+
+    # The work the stability policies ask for (proxy.tools.stability.Planning).
+
+    async def fresh(self, turn: TurnTools, policy: BlockPolicy, keep_empty: bool = False) -> Choice | None:
+        request, catalog = turn.request, turn.catalog
+        surfaced, deferred, outcome = await self._select(request, catalog, turn.query, set(turn.pinned))
         self._count(request, catalog, surfaced, deferred)
-        if not deferred and frozen is None:
-            return request if messages == request.messages else request.with_body({**request.body, "messages": messages})
-        rendered = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
-        rendered.append(search_tool(tuple(deferred), cfg.search.listing, cfg.search.listing_chars))
-        if dispatching(request):
-            rendered.append(call_tool())
-        if frozen is not None:  # auto: keep the cached block unless a fresh one is expected to cost less
-            if not self._cheaper(request, catalog, messages, frozen, rendered):
-                return self._segment(request, catalog, messages, pinned, frozen)
-            frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
-            await self.store.set(self._frozen_key(request), jsontext.dumps(frozen), self.ttl)
-            planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
-            return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
-        if cfg.stability != "per_turn" and request.location is not None:
-            frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
-            stored = await self._freeze(request, frozen)
-            if stored is not frozen:  # another replica froze this segment first: use its block
-                return self._segment(request, catalog, messages, pinned, stored)
-            # the turn record marks this turn as the segment's start, so the next turn finds the block
-            return self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome).with_record(
-                tool_block=[])
-        planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
-        return planned.with_note(tool_block_chosen_per_turn=True)
+        if not deferred and not keep_empty:
+            return None
+        search = request.tenant.tools.search
+        block = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
+        block.append(search_tool(tuple(deferred), search.listing, search.listing_chars))
+        if policy.dispatch:
+            block.append(call_tool())
+        return Choice(surfaced, deferred, block, outcome)
+
+    def unchanged(self, turn: TurnTools) -> Turn:
+        request = turn.request
+        return request if turn.messages == request.messages else request.with_body(
+            {**request.body, "messages": turn.messages})
+
+    async def freeze(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
+        frozen = FrozenBlock(turn.catalog.key, choice.block, choice.surfaced, choice.deferred)
+        stored = await self._freeze(turn.request, frozen)
+        if stored is not frozen:  # another replica froze this segment first: use its block
+            return self.grow(turn, stored, policy)
+        # the turn record marks this turn as the segment's start, so the next turn finds the block
+        return self.planned(turn, choice, policy).with_record(tool_block=[])
+
+    async def rechoose(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
+        frozen = FrozenBlock(turn.catalog.key, choice.block, choice.surfaced, choice.deferred)
+        await self.store.set(self._frozen_key(turn.request), frozen.to_bytes(), self.ttl)
+        planned = self.planned(turn, choice, policy)
+        return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
 
     async def _continue_stored(self, request: Turn) -> Turn:
         """Responses: a `previous_response_id` a Keel-answered stream showed the client is the
@@ -159,14 +160,14 @@ class ToolPlanner:
         stored = await self.conversations.stored_response(request.scope + "/" + request.tenant.id, shown)
         return request if stored is None else request.with_body({**request.body, "previous_response_id": stored})
 
-    def _planned(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]],
-                 rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
-                 outcome: str) -> Turn:
-        plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome,
-                        dispatching(request))
-        body = {**request.body, "tools": rendered, "messages": messages}
+    def planned(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
+        """The turn with this block and its messages, and the responder that answers tool_search."""
+        request, catalog = turn.request, turn.catalog
+        plan = ToolPlan(catalog, tuple(choice.surfaced), tuple(choice.deferred), len(catalog.entries),
+                        choice.outcome, policy.dispatch)
+        body = {**request.body, "tools": choice.block, "messages": turn.messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker(request.tenant)))
-        return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
+        return planned.with_headers(**{"x-keel-tools": f"{len(choice.surfaced)}/{len(catalog.entries)}"})
 
     async def _select(self, request: Turn, catalog: Catalog, query: str,
                       pinned: set[str]) -> tuple[list[str], list[str], str]:
@@ -205,13 +206,13 @@ class ToolPlanner:
                       if n not in selected and n not in added]
         return added
 
-    def _cheaper(self, request: Turn, catalog: Catalog, messages: Sequence[dict[str, Any]],
-                 frozen: dict[str, Any], fresh: list[dict[str, Any]]) -> bool:
+    def cheaper(self, turn: TurnTools, frozen: FrozenBlock, fresh: list[dict[str, Any]]) -> bool:
         """Auto stability: is a freshly chosen block expected to cost less than the cached one?
 
         Keeping the frozen block, the tools and the history before this turn are read from the
         provider's cache at `cache.read_price`; a fresh block misses everything after it."""
-        history = sum(len(jsontext.dumps(m)) for m in messages) // 4
+        request, catalog = turn.request, turn.catalog
+        history = sum(len(jsontext.dumps(m)) for m in turn.messages) // 4
 
         def tokens(block: list[dict[str, Any]]) -> int:
             names = [t["function"]["name"] for t in block]
@@ -219,7 +220,7 @@ class ToolPlanner:
             extra = sum(len(jsontext.dumps(t)) // 4 for t in block if t["function"]["name"] not in catalog.by_name)
             return self.catalogs.tool_tokens(catalog, known) + extra
 
-        keep = request.tenant.cache.read_price * (tokens(frozen["block"]) + history)
+        keep = request.tenant.cache.read_price * (tokens(frozen.block) + history)
         return tokens(fresh) + history < keep
 
     # Segment stability: the block chosen at the segment's start stays; tools needed later are
@@ -229,43 +230,45 @@ class ToolPlanner:
         assert request.location is not None
         return key(request.location.chain.seed, "toolblock", request.location.segment)
 
-    async def _frozen(self, request: Turn, catalog: Catalog) -> dict[str, Any] | None:
+    async def frozen(self, turn: TurnTools) -> FrozenBlock | None:
+        request = turn.request
         if request.location is None or (request.location.kind is TurnKind.NEW and not request.location.records):
             return None
         raw = await self.store.get(self._frozen_key(request))
-        frozen = jsontext.loads(raw) if raw else None
-        return frozen if frozen and frozen.get("catalog") == catalog.key else None
+        frozen = FrozenBlock.from_bytes(raw) if raw else None
+        return frozen if frozen is not None and frozen.catalog == turn.catalog.key else None
 
-    async def _freeze(self, request: Turn, frozen: dict[str, Any]) -> dict[str, Any]:
-        if await self.store.set_if_absent(self._frozen_key(request), jsontext.dumps(frozen), self.ttl):
+    async def _freeze(self, request: Turn, frozen: FrozenBlock) -> FrozenBlock:
+        if await self.store.set_if_absent(self._frozen_key(request), frozen.to_bytes(), self.ttl):
             return frozen
         raw = await self.store.get(self._frozen_key(request))
-        return jsontext.loads(raw) if raw else frozen
+        return FrozenBlock.from_bytes(raw) if raw else frozen
 
-    def _segment(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
-                 frozen: dict[str, Any]) -> Turn:
+    def grow(self, turn: TurnTools, frozen: FrozenBlock, policy: BlockPolicy) -> Turn:
+        request, catalog = turn.request, turn.catalog
         assert request.location is not None
         earlier = request.location.earlier_records
         appended: list[str] = next((list(r.tool_block) for r in reversed(earlier) if r.tool_block is not None), [])
         known = len(appended)
-        base = set(frozen["surfaced"]) | set(appended)
-        new = [n for n in self._ordered(pinned, messages, request) if n not in base]
-        if dispatching(request):  # the block never grows
-            return self._announce(request, catalog, messages, frozen, appended, new)
+        base = set(frozen.surfaced) | set(appended)
+        new = [n for n in self._ordered(set(turn.pinned), turn.messages, request) if n not in base]
+        if policy.dispatch:  # the block never grows
+            return self._announce(turn, frozen, appended, new, policy)
         appended += new
-        rendered = [*frozen["block"], *(catalog.entries[catalog.by_name[n]].tool for n in appended)]
-        surfaced = [*frozen["surfaced"], *appended]
-        deferred = [n for n in frozen["deferred"] if n not in set(appended)]
+        block = [*frozen.block, *(catalog.entries[catalog.by_name[n]].tool for n in appended)]
+        surfaced = [*frozen.surfaced, *appended]
+        deferred = [n for n in frozen.deferred if n not in set(appended)]
         self._count(request, catalog, surfaced, deferred)
-        planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, "segment")
+        planned = self.planned(turn, Choice(surfaced, deferred, block, "segment"), policy)
         planned = planned.with_note(tool_block_grew=True) if len(appended) > known else planned
         return planned.with_record(tool_block=appended)
 
-    def _announce(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]],
-                  frozen: dict[str, Any], announced: list[str], new: list[str]) -> Turn:
+    def _announce(self, turn: TurnTools, frozen: FrozenBlock, announced: list[str], new: list[str],
+                  policy: BlockPolicy) -> Turn:
         """Dispatch: tools needed now but outside the frozen block are not added to it; their
         schemas go to the newest user message as a <tools_update> (the tail of the prompt), so
         the model can call them through call_tool without a search round trip."""
+        request, catalog = turn.request, turn.catalog
         assert request.location is not None
         newest = request.location.chain.newest_user
         updates = {r.chain_hash: r.tools_update for r in request.location.records if r.tools_update}
@@ -275,11 +278,12 @@ class ToolPlanner:
             if text:
                 updates[newest.hash] = text
             fields = {"tool_block": [*announced, *new], "tools_update": text}
-        rendered_messages, request = prepend_updates(request, messages, updates)
-        surfaced = list(frozen["surfaced"])
-        deferred = [n for n in frozen["deferred"] if n not in set(announced) | set(new)]
+        rendered_messages, request = prepend_updates(request, turn.messages, updates)
+        surfaced = list(frozen.surfaced)
+        deferred = [n for n in frozen.deferred if n not in set(announced) | set(new)]
         self._count(request, catalog, surfaced, deferred)
-        planned = self._planned(request, catalog, rendered_messages, frozen["block"], surfaced, deferred, "segment")
+        announced_turn = TurnTools(request, catalog, rendered_messages, turn.query, turn.pinned)
+        planned = self.planned(announced_turn, Choice(surfaced, deferred, frozen.block, "segment"), policy)
         return planned.with_record(**fields)
 
     @staticmethod
