@@ -126,6 +126,7 @@ async def _stream(
     stream_end: re.Pattern[bytes] | None = None, shape: str = "chat",
 ) -> AsyncIterator[bytes]:
     tail = b""
+    ended = False  # the stream's end marker went by (it may sit far from the last bytes: a big last event)
     try:
         if prefix:  # what was read before the body turned out too large to hold
             outcome.bytes_out += len(prefix)
@@ -135,11 +136,13 @@ async def _stream(
             if accounting is not None:
                 accounting.watch(chunk)
             if is_sse and chunk:
+                if stream_end is not None and not ended:
+                    ended = bool(stream_end.search(tail[-64:] + chunk))
                 tail = (tail + chunk)[-256:]
             yield chunk
         if accounting is not None:
             accounting.finish()
-        if stream_end is not None and not stream_end.search(tail) and b'"error"' not in tail:
+        if stream_end is not None and not ended and b'"error"' not in tail:
             raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may be cut short",
                                        code="upstream_stream_incomplete")
     except ProxyError as exc:

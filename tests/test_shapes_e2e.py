@@ -229,3 +229,14 @@ def test_agents_sdk_default_model_runs_a_tool(keel_on: ServerThread, standin: Se
     assert f"{WANTED} done for 7" in result.final_output
     tools_first = [t["name"] for t in upstream_bodies(standin)[0]["tools"]]
     assert "tool_search" in tools_first and len(tools_first) < len(names)
+
+
+def test_relayed_stream_with_a_long_last_event_is_not_cut(keel_on: ServerThread) -> None:
+    """A Responses stream Keel relays as it comes (nothing deferred) ends with a long
+    response.completed event: it is whole, and no error event is added after it."""
+    client = openai_client(keel_on)
+    with client.responses.stream(model="m", input="[[words 120]]", instructions="Be brief.") as events:
+        kinds = [event.type for event in events]
+        final = events.get_final_response()
+    assert kinds[-1] == "response.completed" and "error" not in kinds
+    assert final.output_text.count("word") == 120

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import struct
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -39,6 +40,22 @@ log = logging.getLogger("keel.standin")
 CacheRules = Literal["auto", "openai", "anthropic", "none"]
 
 
+@dataclass(frozen=True)
+class Served:
+    """One answered request as the provider would bill it."""
+
+    shape: str
+    tools: str  # "count=…; chars=…; tokens=…" (the x-standin-tools header)
+    prompt_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    ceiling: int | None  # what a perfect prefix cache would have served
+
+    @property
+    def tool_tokens(self) -> int:
+        return int(self.tools.rsplit("tokens=", 1)[1]) if "tokens=" in self.tools else 0
+
+
 class StandIn:
     def __init__(self, rules: CacheRules = "auto", tokens: TokenCounter | None = None) -> None:
         self.rules = rules
@@ -48,6 +65,7 @@ class StandIn:
             self.tokens.encode("warm up")  # load the encoding at start, not on the first request
         self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # recent request bodies, every shape, for tests
         self.headers: deque[dict[str, str]] = deque(maxlen=1000)  # their headers, in the same order
+        self.served: deque[Served] = deque(maxlen=1000)  # what each answered request cost, for benchmarks
         self.embedding_inputs = 0  # texts embedded so far, for tests
         self.chat_shape = ChatShape()
         self.responses_shape = ResponsesShape()
@@ -100,6 +118,8 @@ class StandIn:
             return shape.error(400, str(exc), "invalid_request_error")
         completion = self.completion_tokens(script)
         report = self.tool_report(body)
+        self.served.append(Served(type(shape).__name__.removesuffix("Shape").lower(), report, cache.prompt_tokens, cache.cached_tokens,
+                                  getattr(cache, "cache_write_tokens", 0), ceiling))
         if log.isEnabledFor(logging.INFO):
             log.info("standin_request", extra={"tools": report, "prompt_tokens": cache.prompt_tokens,
                                                "cached_tokens": cache.cached_tokens})
