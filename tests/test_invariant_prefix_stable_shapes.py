@@ -5,6 +5,7 @@ exchange spliced back), a tool call and its result, and a regeneration."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,7 @@ def test_prefix_stable_through_a_conversation(standin: ServerThread, start_keel:
         calls = list(standin.app.state.standin.requests)[before:]
         if last is not None:
             assert_prefix(shape, last, calls[0])
-        for a, b in zip(calls, calls[1:], strict=False):  # Keel's own continuation extends its call
+        for a, b in itertools.pairwise(calls):  # Keel's own continuation extends its call
             assert_prefix(shape, a, b)
         items, call_ids = shape.reply_items(reply.json())
         history.extend(items)
