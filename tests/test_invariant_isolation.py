@@ -245,3 +245,26 @@ def test_passthrough_credentials_of_any_scheme_are_separated(standin: ServerThre
                 {"role": "system", "content": f"Secret of this account: {secret}"},
                 {"role": "user", "content": "Hello!"}]}).raise_for_status()
     assert "1111111111" not in orjson.dumps(standin.app.state.standin.requests[-1]).decode()
+
+
+@pytest.mark.parametrize("shape", ["responses", "messages"])
+def test_isolation_on_every_shape(standin: ServerThread, start_keel: Callable[..., ServerThread], shape: str) -> None:
+    """The reported case on /v1/responses and /v1/messages too: two users with no ids, the same
+    opener, their own system prompts (and a passthrough pair with their own keys): each request
+    carries only its own."""
+    features = {"context": {"stable": True}, "tools": {"enabled": True}}
+    byo = {"id": "byo", "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"}, **features}
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", **features), byo))
+    for name, auth in (("ALICE", {"authorization": f"Bearer {KEY}"}), ("BOB", {"authorization": f"Bearer {KEY}"}),
+                       ("CAROL", {"authorization": "Bearer sk-carol", "x-keel-tenant": "byo"}),
+                       ("DAVE", {"authorization": "Bearer sk-dave", "x-keel-tenant": "byo"})):
+        system = f"You assist {name} only."
+        if shape == "responses":
+            body: dict[str, Any] = {"model": "m", "instructions": system, "input": "What can you do?"}
+        else:
+            body = {"model": "c", "max_tokens": 20, "system": system,
+                    "messages": [{"role": "user", "content": "What can you do?"}]}
+        httpx.post(keel.url + f"/v1/{shape}", headers=auth, json=body).raise_for_status()
+        sent = orjson.dumps(standin.app.state.standin.requests[-1]).decode()
+        assert system in sent and all(other not in sent for other in ("ALICE", "BOB", "CAROL", "DAVE")
+                                      if other != name)
