@@ -48,6 +48,7 @@ from proxy.stores import Store
 from proxy.stores.guard import Breaker, GuardedStore
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
+from proxy.tools.learned import LearnedPhrases
 from proxy.tools.planner import ToolPlanner
 from proxy.tools.rankers import Rankers
 from proxy.tools.ranking import Ranker
@@ -123,9 +124,11 @@ class Keel:
                 rankers.for_tenant(tenant)  # load models at start, not on a request
         injected = self.ranker
         ranker_for = rankers.for_tenant if injected is None else lambda tenant: injected
+        learned = LearnedPhrases(self.store)
         tools = ToolPlanner(CatalogCache(self.tokens), ranker_for, self.metrics,
-                            lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics),
-                            self.store, self.config.store.conversation_ttl_seconds, self.conversations)
+                            lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics,
+                                                                     learned),
+                            self.store, self.config.store.conversation_ttl_seconds, self.conversations, learned)
         # Tools first (it splices hidden exchanges by the client's indexes), then the memory job,
         # then context (memory is one of its sources), then cache hints.
         return [tools, MemoryPlanner(self.memory_jobs), ContextPlanner(self.conversations, memory=self.memory_book),

@@ -210,6 +210,8 @@ class SelectConfig(_Model):
     needs_tool_threshold: float = Field(0.5, ge=0, le=1, description="below it only named tools surface")
     max_catalog_tools: int = Field(100, ge=1, description="option ceiling per LLM ranking request")
     timeout_ms: int = Field(250, ge=1, description="deadline for one judgment")
+    learn: bool = Field(True, description="remember the words of turns whose tool the model found by search; "
+                        "a request worded like them ships the tool beside the ranker's picks (per tenant, in the store)")
     question: str = Field(DEFAULT_NEEDS_TOOL_QUESTION, description="the yes/no needs-tool question")
 
 
@@ -290,6 +292,9 @@ class MemoryGateConfig(_Model):
     question: str = Field(DEFAULT_MEMORY_QUESTION, description="the yes/no question (for model-backed gates)")
     context_messages: int = Field(3, ge=0, description="earlier messages sent with the newest one, as context")
     timeout_ms: int = Field(2000, ge=1, description="deadline for one gate judgment; on timeout the model runs")
+    audit_rate: float = Field(0.02, ge=0, le=1, description="share of turns the gate skipped on which the memory "
+                              "model runs anyway, to count (and keep) what the gate missed: "
+                              "keel_memory_gate_audit_total")
 
 
 class MemoryJobsConfig(_Model):

@@ -36,6 +36,10 @@ class Metrics:
                                       registry=r)
         self.tool_tokens_saved = Counter("keel_tool_tokens_saved", "Schema tokens deferred (not sent)", ["tenant"],
                                          registry=r)
+        self.tool_gate = Counter("keel_tool_gate_decisions", "Needs-tool gate: ranked tools shipped or withheld",
+                                 ["tenant", "decision"], registry=r)
+        self.tool_first_shot = Counter("keel_tool_first_shot", "Tools the model called: shipped first-shot (hit) or "
+                                       "found by Keel's tool_search first (miss)", ["tenant", "result"], registry=r)
         self.tool_search_rounds = Counter("keel_tool_search_rounds", "tool_search calls Keel answered", ["tenant"],
                                           registry=r)
         self.judgment_seconds = Histogram("keel_judgment_seconds", "Time per judgment", ["tenant", "judgment"],
@@ -51,6 +55,9 @@ class Metrics:
                                           ["tenant"], registry=r)
         self.memory_gate = Counter("keel_memory_gate_decisions", "Memory gate outcomes (run, skip, failed)",
                                    ["tenant", "outcome"], registry=r)
+        self.memory_gate_audit = Counter("keel_memory_gate_audit", "Skipped turns the memory model ran on anyway: "
+                                         "missed (it stored something) or confirmed (it stored nothing)",
+                                         ["tenant", "outcome"], registry=r)
         self.memory_model_runs = Counter("keel_memory_model_runs", "Memory model runs by result", ["tenant", "result"],
                                          registry=r)
         self.memory_jobs = Counter("keel_memory_jobs", "Memory jobs by outcome (completed, retried, buried)",

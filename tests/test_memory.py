@@ -57,6 +57,7 @@ def test_defaults_filled_at_load() -> None:
 
 
 def memory_tenant(url: str, **memory: Any) -> dict[str, Any]:
+    memory["gate"] = {"audit_rate": 0.0, **memory.get("gate", {})}  # counts below are exact: no audited skips
     data = tenant(url, memory={"enabled": True, **memory}, context={"stable": True})
     data["auth"]["admin_keys"] = [f"sha256:{ADMIN_DIGEST}"]
     return data
@@ -65,6 +66,11 @@ def memory_tenant(url: str, **memory: Any) -> dict[str, Any]:
 def memory_calls(standin: ServerThread) -> int:
     return sum(1 for r in standin.app.state.standin.requests
                if any(t["function"]["name"] == "set_memory" for t in r.get("tools", [])))
+
+
+def turn_requests(standin: ServerThread) -> list[dict[str, Any]]:
+    """What the stand-in got for client turns, not for memory jobs (which may run at any moment)."""
+    return [r for r in standin.app.state.standin.requests if "set_memory" not in str(r.get("tools"))]
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -109,11 +115,11 @@ def test_memory_change_arrives_as_context_update(standin: ServerThread,
     history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."},
                                      {"role": "user", "content": "remember that my editor is helix"}]
     first = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
-    system = standin.app.state.standin.requests[-1]["messages"][0]
+    system = turn_requests(standin)[-1]["messages"][0]
     assert wait_for(lambda: entries(keel, "bo") == {"editor": "my editor is helix"})
     history += [first.json()["choices"][0]["message"], {"role": "user", "content": "what's next?"}]
     httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
-    sent = [r for r in standin.app.state.standin.requests if "set_memory" not in str(r.get("tools"))][-1]
+    sent = turn_requests(standin)[-1]
     assert sent["messages"][0] == system
     assert "Memory entry added: editor: my editor is helix" in sent["messages"][-1]["content"]
 
@@ -127,11 +133,11 @@ def test_memory_off_for_a_request_keeps_memory_out(standin: ServerThread,
     assert httpx.put(keel.url + "/v1/keel/memory/city", json={"value": "Lisbon"}, headers=headers).status_code == 200
     history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     first = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
-    assert "Lisbon" in str(standin.app.state.standin.requests[-1]["messages"][0])
+    assert "Lisbon" in str(turn_requests(standin)[-1]["messages"][0])
     history += [first.json()["choices"][0]["message"], {"role": "user", "content": "incognito now"}]
     httpx.post(keel.url + "/v1/chat/completions", headers={**headers, "x-keel-memory": "off"},
                json={"model": "m", "messages": history})
-    assert "Lisbon" not in str(standin.app.state.standin.requests[-1])
+    assert "Lisbon" not in str(turn_requests(standin)[-1])
 
 
 def test_regeneration_is_not_judged_again(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:

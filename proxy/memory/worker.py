@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -56,6 +57,12 @@ def memory_user(request: Turn) -> str | None:
     if user is None:
         return None
     return f"{request.memory_scope}/{user}" if request.memory_scope else user
+
+
+def audited(chain_hash: str, rate: float) -> bool:
+    """Is this skipped turn in the audit sample? (By its hash: every replica agrees, a re-run too.)"""
+    draw = int.from_bytes(hashlib.blake2b(chain_hash.encode(), digest_size=4).digest(), "big") / 2**32
+    return draw < rate
 
 
 def limits(tenant: TenantConfig) -> Limits:
@@ -223,8 +230,11 @@ class MemoryWorker:
             else:
                 if result.probability < cfg.gate.threshold:
                     self.metrics.memory_gate.labels(tenant.id, "skip").inc()
-                    return [], "skip"
-                self.metrics.memory_gate.labels(tenant.id, "run").inc()
+                    if not audited(job.chain_hash, cfg.gate.audit_rate):
+                        return [], "skip"
+                    decision = "audit"  # the gate said no: ask the model anyway, and count what it finds
+                else:
+                    self.metrics.memory_gate.labels(tenant.id, "run").inc()
                 parts = [f"category: {result.category}"] if cfg.valid_keys and result.category else []
                 parts += ["this updates an existing entry"] if result.updates else []
                 hint = "; ".join(parts) or None
@@ -234,6 +244,8 @@ class MemoryWorker:
             self.metrics.memory_model_runs.labels(tenant.id, "failed").inc()
             raise  # retried with backoff: the memory is not lost
         self.metrics.memory_model_runs.labels(tenant.id, "ok").inc()
+        if decision == "audit":
+            self.metrics.memory_gate_audit.labels(tenant.id, "missed" if ops else "confirmed").inc()
         if isinstance(usage, dict):
             self.metrics.memory_tokens.labels(tenant.id).inc(usage.get("total_tokens", 0) or 0)
         self._price(tenant, "memory_model", usage)

@@ -26,6 +26,7 @@ class Loop:
     deferred: list[str]
     before: list[Message] = field(default_factory=list)
     found: list[str] = field(default_factory=list)
+    queries: dict[str, str] = field(default_factory=dict)  # found tool -> the words the model searched with
     rounds: int = 0
 
     async def answer(self, searches: list[Message], ranker: Ranker) -> list[Message]:
@@ -39,6 +40,7 @@ class Loop:
                     self.deferred.remove(name)
                     self.surfaced.append(name)
                     self.found.append(name)
+                    self.queries[name] = search_words(call["function"].get("arguments", ""))
             results.append({"role": "tool", "tool_call_id": call["id"], "content": result.content})
         self.rounds += 1
         if self.plan.dispatch:
@@ -56,6 +58,16 @@ class Loop:
 
     def can_continue(self) -> bool:
         return self.rounds < self.config.search.max_rounds
+
+
+def search_words(arguments: str) -> str:
+    """The `query` a tool_search call was made with ("" when there is none)."""
+    try:
+        args = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return ""
+    query = args.get("query") if isinstance(args, dict) else None
+    return query if isinstance(query, str) else ""
 
 
 def real_call(call: Message, catalog: Catalog) -> Message | None:

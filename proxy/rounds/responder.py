@@ -21,6 +21,7 @@ from proxy.accounting import CacheAccounting
 from proxy.conversations import Conversations
 from proxy.errors import ProxyError, UpstreamConnectError
 from proxy.hidden import HiddenExchange, fingerprint
+from proxy.messages import newest_user_text
 from proxy.metrics import Metrics
 from proxy.relay import INSPECT_LIMIT, client_headers, read_limited, relay, relay_rest
 from proxy.rounds import BrokenUpstreamError, JsonFraming, Message, StreamFraming, add_usage, is_generic, is_search, retry_after
@@ -29,6 +30,7 @@ from proxy.rounds.loop import Loop
 from proxy.rounds.messages import MessagesJson, MessagesStream
 from proxy.rounds.responses import ResponsesJson, ResponsesStream
 from proxy.sse import EventParser, EventTooLargeError
+from proxy.tools.learned import LearnedPhrases
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
 from proxy.turn import Exchange, Outcome, Turn, encode
@@ -48,11 +50,28 @@ def framings(shape: str, plan: ToolPlan) -> tuple[JsonFraming, Callable[[], Stre
 
 
 class ToolSearchResponder:
-    def __init__(self, plan: ToolPlan, ranker: Ranker, conversations: Conversations, metrics: Metrics) -> None:
+    def __init__(self, plan: ToolPlan, ranker: Ranker, conversations: Conversations, metrics: Metrics,
+                 learned: LearnedPhrases | None = None) -> None:
         self.plan = plan
         self.ranker = ranker
         self.conversations = conversations
         self.metrics = metrics
+        self.learned = learned
+
+    async def _called(self, request: Turn, loop: Loop, calls: list[Message]) -> None:
+        """Count first-shot hits and misses, and learn the turn's words for the tools the model
+        had to find (the next turn worded like this one ships them first-shot)."""
+        names = [str((c.get("function") or {}).get("name")) for c in calls if not self._withheld(c)]
+        for name in names:
+            hit = name in self.plan.surfaced
+            self.metrics.tool_first_shot.labels(request.tenant.id, "hit" if hit else "miss").inc()
+            if not hit and name in loop.found and self.learned is not None and request.tenant.tools.select.learn:
+                try:  # the user's words, and the words the model searched with
+                    await self.learned.learn(request.tenant.id, name, newest_user_text(request.messages))
+                    if loop.queries.get(name):
+                        await self.learned.learn(request.tenant.id, name, loop.queries[name])
+                except Exception as exc:  # bookkeeping: the next turn ranks without this lesson
+                    log.warning("tool_phrase_not_learned", extra={"tenant": request.tenant.id, "error": repr(exc)})
 
     def _loop(self, request: Turn) -> Loop:
         return Loop(self.plan, request.tenant.tools, dict(request.body), list(self.plan.surfaced),
@@ -128,6 +147,7 @@ class ToolSearchResponder:
             searches = [c for c in answer.calls if is_search(c)]
             if not searches:
                 if loop.rounds == 0 and not any(self._withheld(c) for c in answer.calls):  # the upstream's bytes
+                    await self._called(request, loop, answer.calls)
                     headers.update(CacheAccounting(self.metrics, request).record(answer.usage))
                     exchange.done(Outcome(upstream.status, len(raw)))
                     return Response(raw, status_code=upstream.status, headers=headers)
@@ -145,6 +165,7 @@ class ToolSearchResponder:
             if upstream.status != 200:
                 return await relay(upstream, exchange.request_id, exchange.done, request.response_headers,
                                    shape=request.codec.shape)
+        await self._called(request, loop, answer.calls)
         body = json.write(answer, lambda call: not is_search(call), finish, usage)
         shown = {**answer.shown, "tool_calls": [c for c in answer.shown.get("tool_calls") or [] if not is_search(c)]}
         headers["x-keel-tool-search-rounds"] = str(loop.rounds)
@@ -226,6 +247,7 @@ class ToolSearchResponder:
                     state.next_round()
                 if loop.rounds and not stored:
                     await self._store(request, loop, _merged(state.assistant()), [], state.shown())
+                await self._called(request, loop, state.own_calls)
                 CacheAccounting(self.metrics, request).record(state.usage)
                 closing, replayed = state.closing(include_usage)
                 await self._remember_alias(request, state)

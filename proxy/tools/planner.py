@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy import jsontext
@@ -25,6 +25,7 @@ from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
+from proxy.tools.learned import LearnedPhrases
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 from proxy.tools.stability import BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
@@ -84,8 +85,10 @@ class ToolPlanner:
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
                  responder_for: Callable[[ToolPlan, Ranker], Any], store: Store | None = None,
-                 ttl: float = 30 * 24 * 3600, conversations: Conversations | None = None) -> None:
+                 ttl: float = 30 * 24 * 3600, conversations: Conversations | None = None,
+                 learned: LearnedPhrases | None = None) -> None:
         self.conversations = conversations
+        self.learned = learned
         self.store: Store | _NoStore = store if store is not None else _NoStore()
         self.ttl = ttl
         self.catalogs = catalogs
@@ -176,13 +179,23 @@ class ToolPlanner:
         select = request.tenant.tools.select
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
         ranking, outcome = await self._rank(request, catalog, query, candidates)
+        recalled: tuple[int, ...] = ()
+        if ranking is not None and self.learned is not None and select.learn:
+            recall = await self.learned.recall(request.tenant.id, catalog, query, candidates)
+            recalled = recall.tools
+            if recall.alike and ranking.needs_tool < select.needs_tool_threshold:
+                ranking = replace(ranking, needs_tool=select.needs_tool_threshold)
         selected: list[str] = []
+        if ranking is not None:
+            withheld = ranking.needs_tool < select.needs_tool_threshold
+            self.metrics.tool_gate.labels(request.tenant.id, "withheld" if withheld else "shipped").inc()
         if ranking is not None and ranking.needs_tool >= select.needs_tool_threshold:
             width = select.shortlist
             if ranking.confidence is None or ranking.confidence < select.low_confidence_below:
                 width += select.low_confidence_extra
             width = standing_out(ranking.scores, width, select.cut_at_drop)
             selected = [catalog.entries[i].name for i in ranking.order[:width]]
+            selected += [catalog.entries[i].name for i in recalled if catalog.entries[i].name not in selected]
             steps = clauses(query)
             if len(steps) > 1:  # a multi-step ask: every step's best tools, not only the whole's
                 selected += await self._steps(request, catalog, steps, candidates, selected)

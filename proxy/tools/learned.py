@@ -1,0 +1,97 @@
+"""What a tenant's traffic teaches the ranker: the words of turns whose tool Keel did not ship.
+
+When the model calls a tool Keel had deferred (found by Keel's `tool_search`), the turn's
+words are remembered for that tool, per tenant and per tool name, bounded (a few phrases per
+tool, the newest kept). A later request worded like such a phrase *recalls* the tool: it ships
+beside the ranker's picks, never instead of one (learning only adds; an extra tool costs a few
+hundred tokens, a displaced one a failed task). A request sharing most of its words (at least
+two) with a phrase also counts as a request to act, whatever the needs-tool gate made of it.
+Phrases live in the store (shared by replicas, kept across restarts) and are read once per
+tenant and catalog per minute, never per request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from proxy.stores import Store, StoreError, key
+from proxy.tools.catalog import Catalog
+from proxy.tools.lexical import LexicalIndex, term_frequencies
+from proxy.tools.text import terms
+
+PHRASES_PER_TOOL = 8  # the newest phrases kept per tool
+TOOLS_PER_TENANT = 2000  # learned tools kept per tenant (the least recently learned go first)
+RECALLED = 3  # at most this many tools recalled per request
+SHARED_TERMS = 2  # a phrase recalls its tool when it shares at least this many terms with the request
+REFRESH_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    tools: tuple[int, ...]  # catalog indexes, strongest match first
+    alike: bool  # the request shares most of its words with a learned phrase: it asks to act
+
+
+class LearnedPhrases:
+    def __init__(self, store: Store, ttl: float = 90 * 24 * 3600) -> None:
+        self.store = store
+        self.ttl = ttl
+        self._indexes: dict[tuple[str, str], tuple[float, list[str], LexicalIndex | None, list[list[set[str]]]]] = {}
+
+    @staticmethod
+    def _key(tenant: str) -> str:
+        return key(f"learned:{tenant}", "phrases")
+
+    async def learn(self, tenant: str, tool: str, phrase: str) -> None:
+        """Remember `phrase` (the turn's words) for `tool` in this tenant."""
+        phrase = " ".join(phrase.split())[:500]
+        if not phrase:
+            return
+        raw = await self.store.hget(self._key(tenant), tool)
+        phrases: list[str] = orjson.loads(raw) if raw else []
+        if phrase in phrases:
+            return
+        phrases = [*phrases, phrase][-PHRASES_PER_TOOL:]
+        await self.store.hset(self._key(tenant), tool, orjson.dumps(phrases))
+        for cached in [k for k in self._indexes if k[0] == tenant]:
+            del self._indexes[cached]  # seen on the next ranking in this process; other replicas within a minute
+
+    async def recall(self, tenant: str, catalog: Catalog, query: str, candidates: Sequence[int]) -> Recall:
+        """The tools whose learned phrases this request is worded like, to ship beside the ranker's."""
+        index = await self._index(tenant, catalog)
+        if index is None:
+            return Recall((), False)
+        names, lexical, words = index
+        asked = set(terms(query))
+        allowed = set(candidates)
+        matched: list[tuple[float, int]] = []
+        for doc, score in lexical.scores(query).items():
+            position = catalog.by_name.get(names[doc])
+            if position is None or position not in allowed:
+                continue
+            if any(len(asked & phrase) >= SHARED_TERMS for phrase in words[doc]):
+                matched.append((score, position))
+        matched.sort(key=lambda pair: (-pair[0], pair[1]))
+        alike = any(len(asked & phrase) >= SHARED_TERMS and len(asked & phrase) >= len(asked) / 2
+                    for phrases in words for phrase in phrases)
+        return Recall(tuple(position for _, position in matched[:RECALLED]), alike)
+
+    async def _index(self, tenant: str, catalog: Catalog) -> tuple[list[str], LexicalIndex, list[list[set[str]]]] | None:
+        cached = self._indexes.get((tenant, catalog.key))
+        if cached is not None and time.monotonic() - cached[0] < REFRESH_SECONDS:
+            return (cached[1], cached[2], cached[3]) if cached[2] is not None else None
+        try:
+            raw = await self.store.hgetall(self._key(tenant))
+        except StoreError:
+            return None
+        names = [name for name in sorted(raw) if name in catalog.by_name][:TOOLS_PER_TENANT]
+        phrases = {name: orjson.loads(raw[name]) for name in names}
+        docs = [term_frequencies("", " ".join(phrases[name]), "") for name in names]
+        words = [[set(terms(p)) for p in phrases[name]] for name in names]  # per tool, like the index's docs
+        lexical = LexicalIndex(docs) if docs else None
+        self._indexes[(tenant, catalog.key)] = (time.monotonic(), names, lexical, words)
+        return (names, lexical, words) if lexical is not None else None
