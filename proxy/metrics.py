@@ -6,6 +6,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from proxy.usage import Usage
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -60,7 +62,7 @@ class Metrics:
                                           registry=r)
         self.memory_tokens = Counter("keel_memory_tokens", "Tokens the memory model used", ["tenant"], registry=r)
         self.judgment_cost = Counter("keel_judgment_cost_usd", "What judgments and the memory model cost, priced from "
-                                     "tools.pricing (never mixed into responses' usage)", ["tenant", "judgment"],
+                                     "the models table (never mixed into responses' usage)", ["tenant", "judgment"],
                                      registry=r)
         self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
 
@@ -79,18 +81,12 @@ class Metrics:
         b_in.inc(bytes_in)
         b_out.inc(bytes_out)
 
-    def observe_usage(self, tenant: str, usage: Any) -> dict[str, str]:
-        """Count an upstream usage object; the `x-keel-cache: cached/prompt` header for it."""
-        if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
-            return {}
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
-        cached = cached or usage.get("cache_read_input_tokens", 0) or 0
-        writes = usage.get("cache_creation_input_tokens", 0) or 0
-        self.prompt_tokens.labels(tenant).inc(usage["prompt_tokens"])
-        self.cached_tokens.labels(tenant).inc(cached)
-        self.cache_write_tokens.labels(tenant).inc(writes)
-        return {"x-keel-cache": f"{cached}/{usage['prompt_tokens']}"}
+    def observe_usage(self, tenant: str, usage: Usage) -> dict[str, str]:
+        """Count an upstream usage (any shape, normalized); the `x-keel-cache: cached/input` header for it."""
+        self.prompt_tokens.labels(tenant).inc(usage.input)
+        self.cached_tokens.labels(tenant).inc(usage.cached)
+        self.cache_write_tokens.labels(tenant).inc(usage.cache_write)
+        return {"x-keel-cache": f"{usage.cached}/{usage.input}"}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
