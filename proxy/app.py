@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -335,7 +336,9 @@ def create_app(
         if any(t.memory.enabled for t in config.tenants):
             keel.memory_worker.start()
         yield
+        log.info("keel_stopping", extra={"pid": os.getpid()})
         await keel.aclose()
+        keel.metrics.close()
 
     app = FastAPI(title="Keel", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.keel = keel

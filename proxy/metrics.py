@@ -1,10 +1,18 @@
-"""Prometheus metrics, one registry per app (no process-global collectors)."""
+"""Prometheus metrics, one registry per app (no process-global collectors).
+
+With several worker processes (`keel serve --workers N`) each would count only its own requests,
+and a scrape reaches one of them at random. There Keel runs prometheus_client's multiprocess
+mode: `keel serve` sets PROMETHEUS_MULTIPROC_DIR before the workers start, every worker writes its
+values to files there, and whichever worker answers /metrics adds up every worker's (gauges: the
+live workers' sum, or minimum for `keel_store_up`).
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from proxy.usage import Usage
 
@@ -13,6 +21,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 class Metrics:
     def __init__(self) -> None:
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("keel_requests", "Requests served", ["tenant", "route", "status"], registry=r)
@@ -27,8 +36,10 @@ class Metrics:
         )
         self.bytes_in = Counter("keel_request_bytes", "Request body bytes from clients", ["tenant"], registry=r)
         self.bytes_out = Counter("keel_response_bytes", "Response body bytes to clients", ["tenant"], registry=r)
-        self.streams_open = Gauge("keel_streams_open", "Streaming responses in flight", ["tenant"], registry=r)
-        self.store_up = Gauge("keel_store_up", "1 while the store answers, 0 while it is bypassed", registry=r)
+        self.streams_open = Gauge("keel_streams_open", "Streaming responses in flight", ["tenant"], registry=r,
+                                  multiprocess_mode="livesum")
+        self.store_up = Gauge("keel_store_up", "1 while the store answers, 0 while it is bypassed", registry=r,
+                              multiprocess_mode="livemin")
         self.planner_failures = Counter(
             "keel_planner_failures", "Planner stages that failed and were skipped", ["tenant", "planner"], registry=r
         )
@@ -89,4 +100,13 @@ class Metrics:
         return {"x-keel-cache": f"{usage.cached}/{usage.input}"}
 
     def render(self) -> bytes:
+        if self.multiprocess:  # every worker's values, from the shared directory
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
         return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """This worker is stopping: its live gauges leave the sums."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
