@@ -1,4 +1,4 @@
-"""The `keel` command: serve, check-config, report, standin, fetch-model (and --version)."""
+"""The `keel` command: serve, check-config, report, demo, standin, fetch-model (and --version)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--tenant", help="tenant id (default: the config's first; 'local' for the quickstart)")
     report.add_argument("--since", default="7d", help="how far back: 24h, 7d, 30d, 90m or a date (YYYY-MM-DD)")
     report.add_argument("--json", action="store_true", help="print the figures as JSON (what /keel/api/summary says)")
+    demo = sub.add_parser("demo", help="run an agent conversation direct and through Keel, print what each cost")
+    demo.add_argument("--url", default="http://127.0.0.1:8080", help="a running Keel (else the quickstart starts)")
+    demo.add_argument("--key", default="keel-local", help="a Keel key that is also an admin key (the page)")
+    demo.add_argument("--store", default="sqlite:///keel.db", help="the quickstart's store when the demo starts it")
+    demo.add_argument("--no-wait", action="store_true", help="exit after the demo instead of serving the page")
+    demo.add_argument("--yes", action="store_true", help="run even when OPENAI_API_KEY is set (it costs cents)")
     fetch = sub.add_parser("fetch-model", help="download the local ranker's model (int8 ONNX + tokenizer) once")
     fetch.add_argument("dir", nargs="?", help="model directory (default: keel/all-MiniLM-L6-v2 in the user's cache)")
     fetch.add_argument("--source", help="base URL of the model's files (default: its hub repository)")
@@ -83,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "report":
             return asyncio.run(_report(args))
+        if args.command == "demo":
+            from proxy.demo import main as demo_main
+
+            demo_port = int(args.url.rsplit(":", 1)[1].split("/")[0]) if args.url.count(":") == 2 else 8080
+            return demo_main(args.url.rstrip("/"), args.key, demo_port, args.store, not args.no_wait, args.yes)
         if args.command == "fetch-model":
             from proxy.tools.model_fetch import ModelFetchError, default_model_dir, fetch_model
 

@@ -109,8 +109,19 @@ def app_from_env() -> Any:
     return create_app(config)
 
 
+# The quickstart serves what Keel is for: every feature on (the memory model is the upstream's,
+# the stand-in playing it when there is no OpenAI key).
+QUICKSTART_FEATURES: dict[str, Any] = {
+    "tools": {"enabled": True},
+    "context": {"stable": True},
+    "memory": {"enabled": True},
+    "cache": {"breakpoints": "auto", "prompt_cache_key": "auto"},
+}
+
+
 def quickstart_config(standin_url: str | None, store_url: str, host: str, port: int) -> KeelConfig:
-    """One tenant: the real OpenAI when OPENAI_API_KEY is set, else the built-in stand-in."""
+    """One tenant with every feature on: the real OpenAI when OPENAI_API_KEY is set, else the built-in
+    stand-in. Its key `keel-local` is an admin key: it calls the API and opens /keel/."""
     upstream: dict[str, Any]
     if standin_url is None:
         upstream = {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}
@@ -120,7 +131,8 @@ def quickstart_config(standin_url: str | None, store_url: str, host: str, port: 
     return parse_config({
         "server": {"host": host, "port": port},
         "store": {"url": store_url},
-        "tenants": [{"id": "local", "auth": {"keys": [f"sha256:{digest}", "env:KEEL_API_KEY"]}, "upstream": upstream}],
+        "tenants": [{"id": "local", "auth": {"keys": ["env:KEEL_API_KEY"], "admin_keys": [f"sha256:{digest}"]},
+                     "upstream": upstream, **QUICKSTART_FEATURES}],
     }, "quickstart")
 
 
@@ -145,9 +157,11 @@ async def serve_quickstart(host: str, port: int, store_url: str) -> None:
     log.info("keel_starting", extra=describe(config, host, port, 1))
     print(
         f"Keel on http://{host}:{port}/v1 -> {where}; store {store_url}\n"
+        f"  features on: lean tools, frozen system prompt + context updates, cache hints, gated memory\n"
         f"  from openai import OpenAI\n"
         f"  client = OpenAI(base_url=\"http://{host}:{port}/v1\", api_key=\"{QUICKSTART_KEY}\")\n"
-        f"  client.chat.completions.create(model=\"gpt-4o-mini\", messages=[{{\"role\": \"user\", \"content\": \"hi\"}}])",
+        f"  client.chat.completions.create(model=\"gpt-4o-mini\", messages=[{{\"role\": \"user\", \"content\": \"hi\"}}])\n"
+        f"  see it save: `keel demo` (or `make demo`), then http://{host}:{port}/keel/ with the key {QUICKSTART_KEY}",
         flush=True,
     )
     await asyncio.gather(*(s.serve() for s in servers))

@@ -1,4 +1,5 @@
-"""What `keel serve` says at start and stop; metrics right with several workers."""
+"""The first thing a newcomer sees: the quickstart with every feature on, `keel demo`, and what
+`keel serve` says at start and stop; metrics right with several workers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -16,11 +18,42 @@ import orjson
 import yaml
 from conftest import KEY, KEY_DIGEST, ServerThread
 
+from proxy.server import QUICKSTART_KEY, quickstart_config
+
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_quickstart_serves_with_features_on() -> None:
+    """Tools, context, cache hints and memory are on; keel-local calls the API and opens the page."""
+    tenant = quickstart_config("http://127.0.0.1:9/v1", "sqlite:///:memory:", "127.0.0.1", 8080).tenants[0]
+    assert tenant.tools.enabled and tenant.context.stable and tenant.memory.enabled
+    assert tenant.cache.breakpoints == "auto" and tenant.cache.prompt_cache_key == "auto"
+    assert tenant.auth.admin_keys and QUICKSTART_KEY == "keel-local"
+
+
+def test_demo_saves_and_points_at_the_page(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                           tmp_path: Path) -> None:
+    """`keel demo`'s conversation costs less through Keel than direct, searches for a deferred tool, and
+    Keel's own estimate of direct is close to the direct run's measured cost."""
+    from proxy.demo import run_demo
+
+    keel = start_keel(quickstart_config(standin.url + "/v1", f"sqlite:///{tmp_path}/q.db", "127.0.0.1", 0))
+    said: list[str] = []
+    result = run_demo(keel.url, QUICKSTART_KEY, said.append)
+    direct, through = result["direct"], result["keel"]
+    assert through.usage.input < direct.usage.input / 3
+    assert {"issue_write", "slack_post_message", "get_current_time"} <= set(through.tools_called)
+    assert result["estimate"]["turns"] == through.calls
+    measured = direct.usage.input
+    assert abs(result["estimate"]["input_direct"] - measured) / measured < 0.15
+    text = "\n".join(said)
+    assert "fewer input tokens" in text and f"{keel.url}/keel/conversation?id={result['conversation']}" in text
+    rounds = httpx.get(f"{keel.url}/keel/api/summary", headers={"authorization": f"Bearer {QUICKSTART_KEY}"}).json()
+    assert rounds["tool_search"]["rounds"] >= 1
 
 
 def _events(text: str) -> list[dict[str, object]]:
