@@ -143,6 +143,7 @@ def test_page_needs_an_admin_key(served: dict[str, Any]) -> None:
     assert httpx.get(url + "/keel/api/summary").status_code == 401
     assert httpx.get(url + "/keel/api/summary", headers={"authorization": f"Bearer {KEY}"}).status_code == 401
     assert httpx.post(url + "/keel/login", data={"key": KEY}).status_code == 401
+    assert httpx.post(url + "/keel/login", data={"key": "x" * 10_000}).status_code == 413
     login = httpx.post(url + "/keel/login", data={"key": ADMIN})
     assert login.status_code == 303
     cookie = login.headers["set-cookie"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from html import escape
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -53,9 +53,13 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+LOGIN_BODY_LIMIT = 4096  # a sign-in form carries a key, nothing larger
+
+
 class SavingsPage:
-    def __init__(self, config: KeelConfig, ledger: Ledger) -> None:
-        self.ledger = ledger
+    def __init__(self, config: KeelConfig, ledger: Ledger,
+                 read_body: Callable[[Request, int], Awaitable[bytes]]) -> None:
+        self.ledger, self.read_body = ledger, read_body
         self._admins = [(d, t) for t in config.tenants for d in t.auth.key_digests(admin=True)]
 
     # Who is looking
@@ -95,7 +99,7 @@ class SavingsPage:
     # Routes
 
     async def login(self, request: Request) -> Response:
-        form = parse_qs((await request.body())[:4096].decode(errors="replace"))
+        form = parse_qs((await self.read_body(request, LOGIN_BODY_LIMIT)).decode(errors="replace"))
         key = (form.get("key") or [""])[0].strip()
         if not key or not self._tenants_for(_digest(key)):
             return self._login("That is not an admin key of any tenant.", status=401)
