@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/data/tiktoken)
 export TIKTOKEN_CACHE_DIR
 
-.PHONY: run test install dev bench lint clean
+.PHONY: run demo test install dev bench lint clean
 
 $(BIN)/keel: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ dev: $(VENV)/.dev
 ## run Keel: SQLite store, the built-in stand-in provider unless OPENAI_API_KEY is set
 run: install
 	$(BIN)/keel serve $(if $(CONFIG),--config $(CONFIG))
+
+## see the saving: one agent conversation direct and through Keel (starts the quickstart unless a Keel runs on :8080)
+demo: install
+	$(BIN)/keel demo $(if $(URL),--url $(URL))
 
 ## install what the tests need and run them
 test: dev

@@ -1,33 +1,43 @@
 """Cache accounting: what the upstream says it served from its prompt cache, per request.
 
-Read from a whole JSON body or watched on an SSE stream (the usage chunk), counted per
-tenant in /metrics, logged per conversation, and explained when a turn Keel expected to hit
-the cache did not.
+Read from a whole JSON body or watched on an SSE stream (the usage chunk; Responses' and
+Messages' usage inside their events), normalized once (`proxy.usage`), counted per tenant in
+/metrics, logged per conversation, explained when a turn Keel expected to hit the cache did
+not (at info when Keel planned the miss and a note says why), and handed to the turn's
+savings meter.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from proxy.conversations import TurnKind
 from proxy.metrics import Metrics
+from proxy.savings.meter import TurnMeter
 from proxy.sse import EventParser
 from proxy.turn import Turn
+from proxy.usage import Usage
 
 log = logging.getLogger("keel.cache")
 MIN_CACHEABLE = 1024  # below this no provider caches anything: a miss is no news
+# Notes of a prefix Keel changed on purpose (the tool planner's): a miss they explain was planned.
+# Other notes (anchor_lost: the store lost state) explain a miss Keel did not want.
+PLANNED_NOTES = frozenset({"tool_block_grew", "tool_block_rechosen", "tool_block_chosen_per_turn"})
 
 
 class CacheAccounting:
-    def __init__(self, metrics: Metrics, request: Turn) -> None:
+    """One turn's usage: `record` runs once, with the usage of every round summed."""
+
+    def __init__(self, metrics: Metrics, request: Turn, meter: TurnMeter | None = None) -> None:
         self.metrics = metrics
         self.request = request
+        self.meter = meter
         self._parser: EventParser | None = None
-        self._usage: Any = None
+        self._usage: dict[str, Any] | None = None
 
     def from_body(self, body: bytes) -> Mapping[str, str]:
         try:
@@ -37,31 +47,46 @@ class CacheAccounting:
         return self.record(usage)
 
     def watch(self, chunk: bytes) -> None:
-        """Feed a streamed chunk; the last usage seen is recorded by `finish`."""
+        """Feed a streamed chunk; the usage seen is recorded by `finish`. A Messages stream
+        reports input in `message_start` and output in `message_delta`: merged."""
         if self._parser is None:
             self._parser = EventParser()
         for event in self._parser.feed(chunk):
             if event.data and b'"usage":{' in event.data:
                 data = event.json()
-                if isinstance(data, dict) and isinstance(data.get("usage"), dict):
-                    self._usage = data["usage"]
+                if not isinstance(data, dict):
+                    continue
+                for holder in (data, data.get("message"), data.get("response")):
+                    if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
+                        self._usage = {**(self._usage or {}), **holder["usage"]}
 
     def finish(self) -> None:
         if self._usage is not None:
             self.record(self._usage)
             self._usage = None
 
-    def record(self, usage: Any) -> Mapping[str, str]:
-        headers = self.metrics.observe_usage(self.request.tenant.id, usage)
-        if not headers:
-            return headers
-        cached, prompt = (int(v) for v in headers["x-keel-cache"].split("/"))
+    def record(self, usage: Any, rounds: int = 0, first: Any = None, calls: Sequence[Any] = (),
+               found: Sequence[str] = ()) -> Mapping[str, str]:
+        """`usage`: summed over every upstream call of the turn; `first`: the first call's alone
+        (when Keel answered tool_search, `rounds` times); `calls`: the client's own tool calls
+        in the answer; `found`: tools the searches surfaced."""
+        shape = self.request.codec.shape
+        read = Usage.read(usage, shape)
+        if read is None:
+            return {}
+        tenant = self.request.tenant.id
+        headers = self.metrics.observe_usage(tenant, read)
+        if self.meter is not None:
+            self.meter.finish(read, Usage.read(first, shape) if first is not None else None, rounds, calls, found)
         location = self.request.location
-        fields = {"tenant": self.request.tenant.id, "request_id": self.request.request_id,
+        fields = {"tenant": tenant, "request_id": self.request.request_id,
                   "conversation": location.conversation if location else None,
-                  "segment": location.segment if location else None, "prompt_tokens": prompt, "cached_tokens": cached}
+                  "segment": location.segment if location else None, "prompt_tokens": read.input,
+                  "cached_tokens": read.cached}
         log.info("cache_usage", extra=fields)
-        if location is not None and location.kind is not TurnKind.NEW and cached == 0 and prompt >= MIN_CACHEABLE:
+        if location is not None and location.kind is not TurnKind.NEW and read.cached == 0 and read.input >= MIN_CACHEABLE:
             reasons = [k for k, v in self.request.notes.items() if v] or ["none Keel can see (evicted upstream?)"]
-            log.warning("cache_miss", extra={**fields, "reasons": reasons})
+            planned = all(r in PLANNED_NOTES for r in reasons)
+            log.log(logging.INFO if planned else logging.WARNING, "cache_miss",
+                    extra={**fields, "reasons": reasons, "planned": planned})
         return headers

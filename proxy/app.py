@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -21,14 +22,14 @@ import orjson
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from proxy.accounting import CacheAccounting
 from proxy.codecs import Codec
 from proxy.codecs.chat import ChatCodec
 from proxy.codecs.messages import MessagesCodec
 from proxy.codecs.responses import ResponsesCodec
-from proxy.config import KeelConfig
+from proxy.config import KeelConfig, TenantConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
@@ -44,6 +45,9 @@ from proxy.metrics import Metrics
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
 from proxy.relay import relay, upstream_headers
 from proxy.rounds.responder import ToolSearchResponder
+from proxy.savings.ledger import Ledger
+from proxy.savings.meter import TRACE, Meter, Trace, traced
+from proxy.savings.page import SavingsPage
 from proxy.stores import Store
 from proxy.stores.guard import Breaker, GuardedStore
 from proxy.tokens import TokenCounter
@@ -106,8 +110,10 @@ class Keel:
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.memory_jobs = MemoryJobs(self.store, self.store.job_queue())  # queued on the request path
+        self.ledger = Ledger(background, config.savings)  # written after the turn, off the request path
+        self.meter = Meter(self.ledger, self.tokens)
         self.memory_worker = MemoryWorker(config, self.memory_book, MemoryJobs(background, background.job_queue()),
-                                          upstream, self.metrics, memory_gate)
+                                          upstream, self.metrics, memory_gate, self.ledger)
         self.ranker = ranker
         stages = self.default_planners() if planners is None or callable(planners) else list(planners)
         if callable(planners):
@@ -123,7 +129,11 @@ class Keel:
             if tenant.tools.enabled and self.ranker is None:
                 rankers.for_tenant(tenant)  # load models at start, not on a request
         injected = self.ranker
-        ranker_for = rankers.for_tenant if injected is None else lambda tenant: injected
+        chosen = rankers.for_tenant if injected is None else lambda tenant: injected
+
+        def ranker_for(tenant: TenantConfig) -> Ranker:  # its scores and usage reach the turn's savings meter
+            return traced(chosen(tenant))
+
         learned = LearnedPhrases(self.store)
         tools = ToolPlanner(CatalogCache(self.tokens), ranker_for, self.metrics,
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics,
@@ -210,14 +220,21 @@ class Keel:
             parsed = parse_turn(raw, caller, request.headers, rid, codec)
             if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
                 log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
+            trace = Trace()
+            TRACE.set(trace)  # this request's task only: the rankers report their scores to it
             planned = await self.pipeline.run(parsed)
+            trace.planning = False
             content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
             if content is None:  # a body Keel could not write back: the client's own
                 planned, content = parsed, raw
+            account = None
+            if planned.location is not None:
+                planned = planned.with_headers(**{"x-keel-conversation": planned.location.conversation})
+                meter = self.meter.turn(parsed, planned, trace) if self.config.savings.enabled else None
+                account = CacheAccounting(self.metrics, planned, meter)
             if planned.responder is not None:
-                return await self.respond(planned, Exchange(send, rid, done, content, raw))
+                return await self.respond(planned, Exchange(send, rid, done, content, raw, account))
             response = await send(content)
-            account = CacheAccounting(self.metrics, planned) if planned.location is not None else None
             end = codec.stream_end if parsed.stream else None
             return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
                                             codec.shape, end)
@@ -288,6 +305,7 @@ class Keel:
 
     async def aclose(self) -> None:
         await self.memory_worker.stop()
+        await self.ledger.drain()
         await self.upstream.aclose()
         await self.store.close()
 
@@ -321,7 +339,9 @@ def create_app(
         if any(t.memory.enabled for t in config.tenants):
             keel.memory_worker.start()
         yield
+        log.info("keel_stopping", extra={"pid": os.getpid()})
         await keel.aclose()
+        keel.metrics.close()
 
     app = FastAPI(title="Keel", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.keel = keel
@@ -379,6 +399,18 @@ def create_app(
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.put), methods=["PUT"])
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.delete), methods=["DELETE"])
     app.router.add_route("/v1/{path:path}", guarded(passthrough), methods=methods)
+    page = SavingsPage(config, keel.ledger, keel.read_body)  # /keel/: the savings page (admin keys)
+    app.router.add_route("/keel/", guarded(page.overview), methods=["GET"])
+
+    async def to_page(request: Request) -> Response:
+        return RedirectResponse("/keel/", status_code=307)
+
+    app.router.add_route("/keel", to_page, methods=["GET"])
+    app.router.add_route("/keel/conversation", guarded(page.conversation), methods=["GET"])
+    app.router.add_route("/keel/api/summary", guarded(page.api_summary), methods=["GET"])
+    app.router.add_route("/keel/api/conversation", guarded(page.api_conversation), methods=["GET"])
+    app.router.add_route("/keel/login", guarded(page.login), methods=["POST"])
+    app.router.add_route("/keel/logout", guarded(page.logout), methods=["POST"])
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

@@ -1,4 +1,4 @@
-"""The `keel` command: serve, check-config, standin, fetch-model (and --version)."""
+"""The `keel` command: serve, check-config, report, demo, standin, fetch-model (and --version)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 import httpx
+import orjson
 import yaml
 
 from proxy.config import DEFAULT_MODEL_SOURCE, ConfigError, load_config, masked
@@ -62,6 +63,18 @@ def main(argv: list[str] | None = None) -> int:
                          help="prompt-cache rules to simulate for chat completions (responses and messages follow "
                               "their provider's; none: skip for all, for overhead benchmarks)")
     standin.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    report = sub.add_parser("report", help="savings per tenant: tokens and dollars direct vs through Keel, by cause")
+    report.add_argument("--config", help="the config whose store to read (default: the quickstart's --store)")
+    report.add_argument("--store", default="sqlite:///keel.db", help="store URL without --config")
+    report.add_argument("--tenant", help="tenant id (default: the config's first; 'local' for the quickstart)")
+    report.add_argument("--since", default="7d", help="how far back: 24h, 7d, 30d, 90m or a date (YYYY-MM-DD)")
+    report.add_argument("--json", action="store_true", help="print the figures as JSON (what /keel/api/summary says)")
+    demo = sub.add_parser("demo", help="run an agent conversation direct and through Keel, print what each cost")
+    demo.add_argument("--url", default="http://127.0.0.1:8080", help="a running Keel (else the quickstart starts)")
+    demo.add_argument("--key", default="keel-local", help="a Keel key that is also an admin key (the page)")
+    demo.add_argument("--store", default="sqlite:///keel.db", help="the quickstart's store when the demo starts it")
+    demo.add_argument("--no-wait", action="store_true", help="exit after the demo instead of serving the page")
+    demo.add_argument("--yes", action="store_true", help="run even when OPENAI_API_KEY is set (it costs cents)")
     fetch = sub.add_parser("fetch-model", help="download the local ranker's model (int8 ONNX + tokenizer) once")
     fetch.add_argument("dir", nargs="?", help="model directory (default: keel/all-MiniLM-L6-v2 in the user's cache)")
     fetch.add_argument("--source", help="base URL of the model's files (default: its hub repository)")
@@ -74,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config(args.file)
             print(yaml.safe_dump(masked(config), sort_keys=False), end="")
             return 0
+        if args.command == "report":
+            return asyncio.run(_report(args))
+        if args.command == "demo":
+            from proxy.demo import main as demo_main
+
+            demo_port = int(args.url.rsplit(":", 1)[1].split("/")[0]) if args.url.count(":") == 2 else 8080
+            return demo_main(args.url.rstrip("/"), args.key, demo_port, args.store, not args.no_wait, args.yes)
         if args.command == "fetch-model":
             from proxy.tools.model_fetch import ModelFetchError, default_model_dir, fetch_model
 
@@ -107,6 +127,33 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+async def _report(args: argparse.Namespace) -> int:
+    from proxy.config import SavingsConfig
+    from proxy.defaults import open_store
+    from proxy.savings.ledger import Ledger
+    from proxy.savings.report import parse_since, render_text, summary
+
+    if args.config:
+        config = load_config(args.config)
+        url, tenants, savings = config.store.url, [t.id for t in config.tenants], config.savings
+    else:
+        url, tenants, savings = args.store, ["local"], SavingsConfig()
+    tenant = args.tenant or tenants[0]
+    if tenant not in tenants:
+        raise ConfigError(f"no tenant {tenant!r}; the config has {', '.join(tenants)}")
+    try:
+        since = parse_since(args.since)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    store = open_store(url)
+    try:
+        figures = await summary(Ledger(store, savings), tenant, since)
+    finally:
+        await store.close()
+    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() if args.json else render_text(figures))
+    return 0
 
 
 if __name__ == "__main__":

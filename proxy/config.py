@@ -14,7 +14,10 @@ from typing import Any, Literal, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from proxy.prices import PriceTable
+from proxy.usage import Usage
 
 
 class ConfigError(Exception):
@@ -225,11 +228,6 @@ class SearchConfig(_Model):
     listing_chars: int = Field(700, ge=0, description="auto listing: the most characters the name listing takes")
 
 
-class PriceConfig(_Model):
-    input_per_mtok: float = Field(0.15, ge=0)
-    output_per_mtok: float = Field(0.60, ge=0)
-
-
 class ToolsConfig(_Model):
     """Tool deferral and preselection: ship the few schemas a turn needs, search for the rest."""
 
@@ -242,17 +240,13 @@ class ToolsConfig(_Model):
         "start stays, tools needed later are appended once; dispatch: the block never changes, later tools are "
         "called through call_tool; auto: dispatch, re-choosing the block when a fresh one is expected to cost "
         "less than reading the cached one (cache.read_price)")
-    pricing: dict[str, PriceConfig] = Field(default_factory=lambda: {"default": PriceConfig()},
-                                            description="judgment prices per model; 'default' for the rest")
+    _prices: PriceTable = PrivateAttr(default_factory=PriceTable)  # the config's models table, set at load
 
     def judgment_cost(self, model: str | None, usage: Any) -> float | None:
-        """What a judgment's (or the memory model's) usage cost, priced from `pricing` (the
-        model's price, else 'default'); None when there is no usage or no price."""
-        price = self.pricing.get(model or "") or self.pricing.get("default")
-        if price is None or not isinstance(usage, dict):
-            return None
-        return ((usage.get("prompt_tokens", 0) or 0) * price.input_per_mtok
-                + (usage.get("completion_tokens", 0) or 0) * price.output_per_mtok) / 1e6
+        """What a judgment's (or the memory model's) usage cost, priced from the `models` table
+        (the model's entry, else 'default'); None when there is no usage."""
+        read = Usage.read(usage)
+        return None if read is None else self._prices.price(model).cost(read)
 
 
 class ContextConfig(_Model):
@@ -334,6 +328,30 @@ class CacheConfig(_Model):
                               "(tools.stability auto weighs it)")
 
 
+class ModelConfig(_Model):
+    """A model Keel calls or prices, by name: where it is served and what it costs ($ per million tokens).
+
+    Names match the `model` a request sends (or its longest listed prefix). A built-in table
+    (proxy/prices.py) prices common OpenAI and Anthropic models; an entry here overrides the
+    fields it gives and adds models the table lacks."""
+
+    endpoint: str | None = Field(None, description="base URL when Keel calls this model itself (a judge, embeddings, "
+                                 "the memory model); default: the tenant's upstream")
+    api_key_env: str | None = Field(None, description="environment variable holding its key; default: the upstream's")
+    input: float | None = Field(None, ge=0, description="$ per million uncached input tokens")
+    cached_input: float | None = Field(None, ge=0, description="$ per million input tokens read from the cache")
+    cache_write: float | None = Field(None, ge=0, description="$ per million input tokens written to the cache")
+    output: float | None = Field(None, ge=0, description="$ per million output tokens")
+
+
+class SavingsConfig(_Model):
+    """Per-turn savings figures, written to the store once per turn (the /keel/ page, `keel report`)."""
+
+    enabled: bool = Field(True, description="record what each turn cost through Keel and would have cost direct")
+    retention_days: int = Field(30, ge=1, description="hourly figures and conversation details are kept this long")
+    conversation_turns: int = Field(200, ge=1, description="turns kept per conversation for the inspector")
+
+
 class TenantConfig(_Model):
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     default: bool = Field(False, description="serve passthrough requests that name no tenant")
@@ -343,6 +361,11 @@ class TenantConfig(_Model):
     context: ContextConfig = ContextConfig()
     memory: MemoryConfig = MemoryConfig()
     cache: CacheConfig = CacheConfig()
+    _prices: PriceTable = PrivateAttr(default_factory=PriceTable)  # the config's models table, set at load
+
+    @property
+    def prices(self) -> PriceTable:
+        return self._prices
 
     @model_validator(mode="after")
     def _has_auth(self) -> TenantConfig:
@@ -365,8 +388,49 @@ class TenantConfig(_Model):
 class KeelConfig(_Model):
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
+    models: dict[str, ModelConfig] = Field(default_factory=dict, description="models by name: endpoint, key, prices "
+                                           "(extends and overrides the built-in price table)")
+    savings: SavingsConfig = SavingsConfig()
     tenants: tuple[TenantConfig, ...] = ()
     tenants_dir: str | None = Field(None, description="directory of one YAML file per tenant")
+    _prices: PriceTable = PrivateAttr(default_factory=PriceTable)
+
+    @property
+    def prices(self) -> PriceTable:
+        return self._prices
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_endpoints(cls, data: Any) -> Any:
+        """`tools.select` and `memory` name a model; where they give no endpoint or key of their
+        own, the models table's entry for it supplies them."""
+        if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+            return data
+        models, tenants = data["models"], []
+        for tenant in data.get("tenants") or []:
+            if isinstance(tenant, dict):
+                tenant = dict(tenant)
+                tools = tenant.get("tools") if isinstance(tenant.get("tools"), dict) else None
+                select = tools.get("select") if tools and isinstance(tools.get("select"), dict) else None
+                if tools is not None and select is not None:
+                    backend = select.get("backend")
+                    name = select.get("model") or ("text-embedding-3-small" if backend == "embeddings" else "gpt-4o-mini")
+                    tenant["tools"] = {**tools, "select": _with_endpoint(select, models.get(name))}
+                memory = tenant.get("memory")
+                if isinstance(memory, dict):
+                    tenant["memory"] = _with_endpoint(memory, models.get(memory.get("model") or "gpt-4o-mini"))
+            tenants.append(tenant)
+        return {**data, "tenants": tenants}
+
+    @model_validator(mode="after")
+    def _price_table(self) -> KeelConfig:
+        table = PriceTable({name: m.model_dump(include={"input", "cached_input", "cache_write", "output"})
+                            for name, m in self.models.items()})
+        self._prices = table
+        for tenant in self.tenants:
+            tenant._prices = table
+            tenant.tools._prices = table
+        return self
 
     @field_validator("tenants")
     @classmethod
@@ -384,6 +448,32 @@ class KeelConfig(_Model):
         if sum(t.default for t in self.tenants) > 1:
             raise ValueError("at most one tenant may be default: true")
         return self
+
+
+def _with_endpoint(block: dict[str, Any], model: Any) -> dict[str, Any]:
+    if not isinstance(model, dict):
+        return block
+    filled = {k: model[k] for k in ("endpoint", "api_key_env") if model.get(k) and block.get(k) is None}
+    return {**block, **filled}
+
+
+# Keys that moved: where they went, said at load instead of pydantic's "extra inputs are not permitted".
+MOVED = {
+    ("tools", "pricing"): "tools.pricing was replaced by the top-level `models:` table: prices per million tokens "
+    "by model name (input, cached_input, cache_write, output), e.g. `models: {gpt-4o-mini: {input: 0.15, "
+    "output: 0.6}}` (input_per_mtok is now input, output_per_mtok output); common OpenAI and Anthropic models are "
+    "priced built in",
+}
+
+
+def _moved_keys(tenants: list[Any], source: str) -> None:
+    for n, tenant in enumerate(tenants):
+        for path, why in MOVED.items():
+            block: Any = tenant
+            for part in path[:-1]:
+                block = block.get(part) if isinstance(block, dict) else None
+            if isinstance(block, dict) and path[-1] in block:
+                raise ConfigError(f"{source}: invalid configuration\n  tenants.{n}.{'.'.join(path)}: {why}")
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
@@ -422,6 +512,7 @@ def parse_config(data: Any, source: str = "config", base_dir: Path | None = None
                 raise ConfigError(f"{file}: a tenant file must be a mapping")
             tenants.append(tenant)
     data["tenants"] = tenants
+    _moved_keys(tenants, source)
     try:
         return KeelConfig.model_validate(data)
     except ValidationError as err:

@@ -1,16 +1,27 @@
-"""Prometheus metrics, one registry per app (no process-global collectors)."""
+"""Prometheus metrics, one registry per app (no process-global collectors).
+
+With several worker processes (`keel serve --workers N`) each would count only its own requests,
+and a scrape reaches one of them at random. There Keel runs prometheus_client's multiprocess
+mode: `keel serve` sets PROMETHEUS_MULTIPROC_DIR before the workers start, every worker writes its
+values to files there, and whichever worker answers /metrics adds up every worker's (gauges: the
+live workers' sum, or minimum for `keel_store_up`).
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+from proxy.usage import Usage
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class Metrics:
     def __init__(self) -> None:
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("keel_requests", "Requests served", ["tenant", "route", "status"], registry=r)
@@ -25,8 +36,10 @@ class Metrics:
         )
         self.bytes_in = Counter("keel_request_bytes", "Request body bytes from clients", ["tenant"], registry=r)
         self.bytes_out = Counter("keel_response_bytes", "Response body bytes to clients", ["tenant"], registry=r)
-        self.streams_open = Gauge("keel_streams_open", "Streaming responses in flight", ["tenant"], registry=r)
-        self.store_up = Gauge("keel_store_up", "1 while the store answers, 0 while it is bypassed", registry=r)
+        self.streams_open = Gauge("keel_streams_open", "Streaming responses in flight", ["tenant"], registry=r,
+                                  multiprocess_mode="livesum")
+        self.store_up = Gauge("keel_store_up", "1 while the store answers, 0 while it is bypassed", registry=r,
+                              multiprocess_mode="livemin")
         self.planner_failures = Counter(
             "keel_planner_failures", "Planner stages that failed and were skipped", ["tenant", "planner"], registry=r
         )
@@ -67,7 +80,7 @@ class Metrics:
                                           registry=r)
         self.memory_tokens = Counter("keel_memory_tokens", "Tokens the memory model used", ["tenant"], registry=r)
         self.judgment_cost = Counter("keel_judgment_cost_usd", "What judgments and the memory model cost, priced from "
-                                     "tools.pricing (never mixed into responses' usage)", ["tenant", "judgment"],
+                                     "the models table (never mixed into responses' usage)", ["tenant", "judgment"],
                                      registry=r)
         self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
 
@@ -86,18 +99,21 @@ class Metrics:
         b_in.inc(bytes_in)
         b_out.inc(bytes_out)
 
-    def observe_usage(self, tenant: str, usage: Any) -> dict[str, str]:
-        """Count an upstream usage object; the `x-keel-cache: cached/prompt` header for it."""
-        if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
-            return {}
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
-        cached = cached or usage.get("cache_read_input_tokens", 0) or 0
-        writes = usage.get("cache_creation_input_tokens", 0) or 0
-        self.prompt_tokens.labels(tenant).inc(usage["prompt_tokens"])
-        self.cached_tokens.labels(tenant).inc(cached)
-        self.cache_write_tokens.labels(tenant).inc(writes)
-        return {"x-keel-cache": f"{cached}/{usage['prompt_tokens']}"}
+    def observe_usage(self, tenant: str, usage: Usage) -> dict[str, str]:
+        """Count an upstream usage (any shape, normalized); the `x-keel-cache: cached/input` header for it."""
+        self.prompt_tokens.labels(tenant).inc(usage.input)
+        self.cached_tokens.labels(tenant).inc(usage.cached)
+        self.cache_write_tokens.labels(tenant).inc(usage.cache_write)
+        return {"x-keel-cache": f"{usage.cached}/{usage.input}"}
 
     def render(self) -> bytes:
+        if self.multiprocess:  # every worker's values, from the shared directory
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
         return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """This worker is stopping: its live gauges leave the sums."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
+import shutil
 import socket
+import tempfile
 from typing import Any
 
 import uvicorn
@@ -23,6 +26,26 @@ from proxy.logs import configure_logging
 from proxy.standin.app import create_standin_app
 
 QUICKSTART_KEY = "keel-local"
+log = logging.getLogger("keel.server")
+
+
+def describe(config: KeelConfig, host: str, port: int, workers: int) -> dict[str, Any]:
+    """What a starting Keel serves: where, with which store, and each tenant's upstream and features
+    (never a key)."""
+    store = config.store.url
+    if "@" in store:
+        scheme, rest = store.split("://", 1)
+        store = f"{scheme}://***@{rest.split('@', 1)[1]}"
+    tenants = []
+    for t in config.tenants:
+        features = [name for name, on in (
+            ("tools", t.tools.enabled), ("context", t.context.stable), ("memory", t.memory.enabled),
+            ("cache_breakpoints", t.cache.breakpoints != "off"),
+            ("prompt_cache_key", t.cache.prompt_cache_key != "off")) if on]
+        tenants.append({"id": t.id, "upstream": t.upstream.base_url, "kind": t.upstream.kind,
+                        "auth": "passthrough" if t.auth.passthrough else "keys", "features": features or ["none"]})
+    return {"listen": f"http://{host}:{port}", "workers": workers, "store": store, "tenants": tenants,
+            "savings_page": f"http://{host}:{port}/keel/"}
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -86,8 +109,19 @@ def app_from_env() -> Any:
     return create_app(config)
 
 
+# The quickstart serves what Keel is for: every feature on (the memory model is the upstream's,
+# the stand-in playing it when there is no OpenAI key).
+QUICKSTART_FEATURES: dict[str, Any] = {
+    "tools": {"enabled": True},
+    "context": {"stable": True},
+    "memory": {"enabled": True},
+    "cache": {"breakpoints": "auto", "prompt_cache_key": "auto"},
+}
+
+
 def quickstart_config(standin_url: str | None, store_url: str, host: str, port: int) -> KeelConfig:
-    """One tenant: the real OpenAI when OPENAI_API_KEY is set, else the built-in stand-in."""
+    """One tenant with every feature on: the real OpenAI when OPENAI_API_KEY is set, else the built-in
+    stand-in. Its key `keel-local` is an admin key: it calls the API and opens /keel/."""
     upstream: dict[str, Any]
     if standin_url is None:
         upstream = {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}
@@ -97,7 +131,8 @@ def quickstart_config(standin_url: str | None, store_url: str, host: str, port: 
     return parse_config({
         "server": {"host": host, "port": port},
         "store": {"url": store_url},
-        "tenants": [{"id": "local", "auth": {"keys": [f"sha256:{digest}", "env:KEEL_API_KEY"]}, "upstream": upstream}],
+        "tenants": [{"id": "local", "auth": {"keys": ["env:KEEL_API_KEY"], "admin_keys": [f"sha256:{digest}"]},
+                     "upstream": upstream, **QUICKSTART_FEATURES}],
     }, "quickstart")
 
 
@@ -119,14 +154,33 @@ async def serve_quickstart(host: str, port: int, store_url: str) -> None:
     configure_logging(config.server.log_level)
     servers.append(uvicorn.Server(uvicorn_config(create_app(config), host, port, config.server)))
     where = "the built-in stand-in provider" if standin_url else "OpenAI (OPENAI_API_KEY is set)"
+    log.info("keel_starting", extra=describe(config, host, port, 1))
     print(
         f"Keel on http://{host}:{port}/v1 -> {where}; store {store_url}\n"
+        f"  features on: lean tools, frozen system prompt + context updates, cache hints, gated memory\n"
         f"  from openai import OpenAI\n"
         f"  client = OpenAI(base_url=\"http://{host}:{port}/v1\", api_key=\"{QUICKSTART_KEY}\")\n"
-        f"  client.chat.completions.create(model=\"gpt-4o-mini\", messages=[{{\"role\": \"user\", \"content\": \"hi\"}}])",
+        f"  client.chat.completions.create(model=\"gpt-4o-mini\", messages=[{{\"role\": \"user\", \"content\": \"hi\"}}])\n"
+        f"  see it save: `keel demo` (or `make demo`), then http://{host}:{port}/keel/ with the key {QUICKSTART_KEY}",
         flush=True,
     )
     await asyncio.gather(*(s.serve() for s in servers))
+
+
+def metrics_dir() -> tuple[str, bool]:
+    """A directory for Prometheus' multiprocess mode (workers > 1): $PROMETHEUS_MULTIPROC_DIR, emptied
+    of an earlier run's files, or one Keel creates (and removes at exit). Set before the workers start,
+    so every worker writes its metrics there and any worker's /metrics adds them all up."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.remove(os.path.join(given, name))
+        return given, False
+    made = tempfile.mkdtemp(prefix="keel-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    return made, True
 
 
 def serve(config_path: str, host: str | None, port: int | None, workers: int | None) -> None:
@@ -134,14 +188,25 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
     server = config.server
     host, port, workers = host or server.host, port if port is not None else server.port, workers or server.workers
     configure_logging(server.log_level)
-    if workers > 1:
-        os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
-        from uvicorn.supervisors import Multiprocess
+    started = {"config": os.path.abspath(config_path), **describe(config, host, port, workers)}
+    try:
+        if workers > 1:
+            os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
+            directory, made = metrics_dir()
+            log.info("keel_starting", extra={**started, "metrics_dir": directory})
+            from uvicorn.supervisors import Multiprocess
 
-        multi = uvicorn_config("proxy.server:app_from_env", host, port, server, factory=True, workers=workers)
-        Multiprocess(multi, sockets=[multi.bind_socket()]).run()
-        return
-    uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
+            multi = uvicorn_config("proxy.server:app_from_env", host, port, server, factory=True, workers=workers)
+            try:
+                Multiprocess(multi, sockets=[multi.bind_socket()]).run()
+            finally:
+                if made:
+                    shutil.rmtree(directory, ignore_errors=True)
+            return
+        log.info("keel_starting", extra=started)
+        uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
+    finally:
+        log.info("keel_stopped", extra={"listen": f"http://{host}:{port}"})
 
 
 def serve_standin(host: str, port: int, rules: str, log_level: str = "info") -> None:

@@ -6,7 +6,7 @@ here and import nothing from each other.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -32,6 +32,13 @@ class Outcome:
     streamed: bool = False
 
 
+class Accounting(Protocol):
+    """Where a turn's usage goes once its answer is complete (see `proxy.accounting`)."""
+
+    def record(self, usage: Any, rounds: int = 0, first: Any = None, calls: Sequence[Any] = (),
+               found: Sequence[str] = ()) -> Mapping[str, str]: ...
+
+
 @dataclass(frozen=True)
 class Exchange:
     """What a responder needs from the app: a way to call the upstream, and to report the outcome."""
@@ -41,6 +48,7 @@ class Exchange:
     done: Callable[[Outcome], None]
     content: bytes = b""  # the planned body, as encoded for the upstream
     client_raw: bytes = b""  # the client's own body: what a failing responder falls back to
+    accounting: Accounting | None = None  # the turn's usage, metered once (None: metrics only)
 
 
 class Responder(Protocol):

@@ -72,7 +72,7 @@ def test_example_documents_every_key() -> None:
     from proxy import config as c
 
     models = (c.KeelConfig, c.ServerConfig, c.StoreConfig, c.TenantConfig, c.TimeoutsConfig, c.UpstreamConfig,
-              c.ToolsConfig, c.DeferConfig, c.SelectConfig, c.SearchConfig, c.PriceConfig, c.ContextConfig, c.CacheConfig,
+              c.ToolsConfig, c.DeferConfig, c.SelectConfig, c.SearchConfig, c.ModelConfig, c.SavingsConfig, c.ContextConfig, c.CacheConfig,
               c.MemoryConfig, c.MemoryGateConfig, c.AuthConfig)
     for model in models:
         for name in model.model_fields:
@@ -166,3 +166,39 @@ def test_deploy_configs_load(monkeypatch: pytest.MonkeyPatch) -> None:
     keel = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "keel")
     assert keel["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert keel["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_models_table_prices_and_endpoints() -> None:
+    """`models:` overrides the built-in prices field by field, adds models, and gives select and memory
+    the endpoint and key of the model they name."""
+    data = minimal()
+    data["models"] = {"gpt-4o": {"input": 2.0}, "my-model": {"input": 1.0, "output": 2.0},
+                      "judge": {"endpoint": "http://judge/v1", "api_key_env": "JUDGE_KEY"}}
+    data["tenants"][0]["tools"] = {"select": {"backend": "llm", "model": "judge"}}  # type: ignore[index]
+    data["tenants"][0]["memory"] = {"model": "judge", "endpoint": "http://own/v1"}  # type: ignore[index]
+    config = parse_config(data)
+    tenant = config.tenants[0]
+    prices = tenant.prices
+    assert prices.price("gpt-4o").input == 2.0 and prices.price("gpt-4o").cached_input == 1.25
+    assert prices.price("gpt-4o").cache_write == 2.0  # OpenAI writes at the input price, overridden too
+    assert prices.price("my-model").cached_input == 1.0 and prices.price("my-model").output == 2.0
+    assert prices.name_for("gpt-4o-mini-2024-07-18") == "gpt-4o-mini"
+    assert prices.name_for("anthropic/claude-sonnet-4-5-20250929") == "claude-sonnet-4-5"
+    assert prices.price("claude-sonnet-4-20250514").cache_write == 3.75
+    assert prices.name_for("mystery") == "default"
+    assert tenant.tools.select.endpoint == "http://judge/v1" and tenant.tools.select.api_key_env == "JUDGE_KEY"
+    assert tenant.memory.endpoint == "http://own/v1"  # its own wins
+    usage = {"prompt_tokens": 1_000_000, "completion_tokens": 1_000_000}
+    assert tenant.tools.judgment_cost("my-model", usage) == pytest.approx(3.0)
+
+
+def test_renamed_pricing_key_is_explained(tmp_path: Path) -> None:
+    """tools.pricing is refused with a message that says where prices went, by check-config too."""
+    data = minimal()
+    data["tenants"][0]["tools"] = {"pricing": {"default": {"input_per_mtok": 0.1}}}  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"tenants\.0\.tools\.pricing: .*top-level `models:` table"):
+        parse_config(data)
+    bad = tmp_path / "old.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    out = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2 and "models:" in out.stderr and "input_per_mtok is now input" in out.stderr

@@ -83,6 +83,19 @@ async def test_hashes(store: Store) -> None:
     assert await store.hget("h", "missing") is None
 
 
+async def test_counters(store: Store) -> None:
+    """Counters add up under concurrent writers, floats too, and expire with their key."""
+    assert await store.counters(["c", "d"]) == [{}, {}]
+    await asyncio.gather(*(store.incr("c", {"turns": 1, "usd": 0.25}, ttl=60) for _ in range(20)))
+    await store.incr("d", {"turns": 2})
+    assert await store.counters(["c", "d", "none"]) == [{"turns": 20.0, "usd": 5.0}, {"turns": 2.0}, {}]
+    await store.incr("gone", {"x": 1}, ttl=0.05)
+    await asyncio.sleep(0.1)
+    assert await store.counters(["gone"]) == [{}]
+    await store.delete("c")
+    assert await store.counters(["c"]) == [{}]
+
+
 async def test_ping(store: Store) -> None:
     assert await store.ping() is True
 

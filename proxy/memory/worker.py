@@ -29,6 +29,7 @@ from proxy.memory.jobs import MemoryJob, MemoryJobs, MemoryOp
 from proxy.memory.llm_gate import LlmMemoryGate
 from proxy.memory.model import run_memory_model
 from proxy.metrics import Metrics
+from proxy.savings.ledger import Ledger
 from proxy.stores.queue import Job
 from proxy.turn import Turn
 from proxy.upstream import Upstream
@@ -92,9 +93,10 @@ class MemoryPlanner:
 
 class MemoryWorker:
     def __init__(self, config: KeelConfig, book: MemoryBook, jobs: MemoryJobs, upstream: Upstream,
-                 metrics: Metrics, gate: MemoryGate | None = None) -> None:
+                 metrics: Metrics, gate: MemoryGate | None = None, ledger: Ledger | None = None) -> None:
         self.tenants = {t.id: t for t in config.tenants}
         self.book, self.jobs, self.upstream, self.metrics = book, jobs, upstream, metrics
+        self.ledger = ledger  # the gate's decisions and the model's cost, for the savings figures
         self.lexical = LexicalMemoryGate()
         self.injected = gate  # a gate for every tenant (tests, embedding apps); else chosen by config
         self.lease = config.store.job_lease_seconds
@@ -184,11 +186,26 @@ class MemoryWorker:
         if exc is not None:
             log.warning(f"memory_job_{outcome}", extra={"tenant": tenant, "error": repr(exc)})
 
-    def _price(self, tenant: TenantConfig, judgment: str, usage: Any) -> None:
-        """Record a judgment's cost from tools.pricing (never mixed into a response's usage)."""
+    def _price(self, tenant: TenantConfig, judgment: str, usage: Any) -> float:
+        """Record a judgment's cost, priced from the models table (never mixed into a response's usage)."""
         cost = tenant.tools.judgment_cost(tenant.memory.model, usage)
         if cost is not None:
             self.metrics.judgment_cost.labels(tenant.id, judgment).inc(cost)
+            if judgment == "memory_gate" and self.ledger is not None:
+                self.ledger.spawn(self.ledger.judgment(tenant.id, cost))
+        return cost or 0.0
+
+    def _tally(self, tenant: TenantConfig, outcome: str, usd: float = 0.0, estimate: float = 0.0) -> None:
+        if self.ledger is not None:
+            self.ledger.spawn(self.ledger.memory(tenant.id, outcome, usd, estimate))
+
+    @staticmethod
+    def _skipped_run(tenant: TenantConfig, memory: Any, window: list[Any]) -> float:
+        """What the memory model would have cost on this message: its prompt (instructions, memory,
+        the messages) estimated at 4 characters a token, and a short answer."""
+        chars = len(tenant.memory.instructions) + len(str(memory or "")) + len(str(window)) + 800  # + its tools
+        price = tenant.prices.price(tenant.memory.model)
+        return (chars / 4 * price.input + 60 * price.output) / 1e6
 
     async def handle(self, job: Job) -> None:
         try:
@@ -226,11 +243,13 @@ class MemoryWorker:
             except Exception as exc:  # timeout, error, unparseable: the memory model runs as usual
                 log.warning("memory_gate_failed", extra={"tenant": tenant.id, "error": repr(exc)})
                 self.metrics.memory_gate.labels(tenant.id, "failed").inc()
+                self._tally(tenant, "failed")
                 decision = "failed"
             else:
                 if result.probability < cfg.gate.threshold:
                     self.metrics.memory_gate.labels(tenant.id, "skip").inc()
                     if not audited(job.chain_hash, cfg.gate.audit_rate):
+                        self._tally(tenant, "skip", estimate=self._skipped_run(tenant, memory, job.window))
                         return [], "skip"
                     decision = "audit"  # the gate said no: ask the model anyway, and count what it finds
                 else:
@@ -248,7 +267,7 @@ class MemoryWorker:
             self.metrics.memory_gate_audit.labels(tenant.id, "missed" if ops else "confirmed").inc()
         if isinstance(usage, dict):
             self.metrics.memory_tokens.labels(tenant.id).inc(usage.get("total_tokens", 0) or 0)
-        self._price(tenant, "memory_model", usage)
+        self._tally(tenant, "run", self._price(tenant, "memory_model", usage))
         return [MemoryOp(op, key, value) for op, key, value in ops], decision
 
     async def apply(self, tenant: TenantConfig, job: MemoryJob) -> None:

@@ -11,6 +11,7 @@ cut or refused continuation ends the stream with one error event in the client's
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -33,7 +34,7 @@ from proxy.sse import EventParser, EventTooLargeError
 from proxy.tools.learned import LearnedPhrases
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
-from proxy.turn import Exchange, Outcome, Turn, encode
+from proxy.turn import Accounting, Exchange, Outcome, Turn, encode
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.tools")
@@ -76,6 +77,13 @@ class ToolSearchResponder:
     def _loop(self, request: Turn) -> Loop:
         return Loop(self.plan, request.tenant.tools, dict(request.body), list(self.plan.surfaced),
                     list(self.plan.deferred))
+
+    def _account(self, request: Turn, exchange: Exchange) -> Accounting:
+        return exchange.accounting or CacheAccounting(self.metrics, request)
+
+    def _tools_header(self, loop: Loop) -> dict[str, str]:
+        """`x-keel-tools` as finally surfaced (a search adds the tools it found)."""
+        return {"x-keel-tools": f"{len(loop.surfaced)}/{self.plan.offered}"}
 
     def _withheld(self, call: Message) -> bool:
         return is_search(call) or (self.plan.dispatch and is_generic(call))
@@ -131,6 +139,7 @@ class ToolSearchResponder:
     async def _whole(self, request: Turn, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
                      json: JsonFraming) -> Response:
         usage: Any = None
+        first: Any = None
         after: list[Message] = []
         visible: Message | None = None
         finish: str | None = None
@@ -144,11 +153,12 @@ class ToolSearchResponder:
                 exchange.done(Outcome(upstream.status, len(raw)))
                 return Response(raw, status_code=upstream.status, headers=headers)
             usage = add_usage(usage, answer.usage)
+            first = answer.usage if loop.rounds == 0 else first
             searches = [c for c in answer.calls if is_search(c)]
             if not searches:
                 if loop.rounds == 0 and not any(self._withheld(c) for c in answer.calls):  # the upstream's bytes
                     await self._called(request, loop, answer.calls)
-                    headers.update(CacheAccounting(self.metrics, request).record(answer.usage))
+                    headers.update(self._account(request, exchange).record(answer.usage, calls=answer.calls))
                     exchange.done(Outcome(upstream.status, len(raw)))
                     return Response(raw, status_code=upstream.status, headers=headers)
                 visible = answer.shown if loop.rounds else None
@@ -169,7 +179,9 @@ class ToolSearchResponder:
         body = json.write(answer, lambda call: not is_search(call), finish, usage)
         shown = {**answer.shown, "tool_calls": [c for c in answer.shown.get("tool_calls") or [] if not is_search(c)]}
         headers["x-keel-tool-search-rounds"] = str(loop.rounds)
-        headers.update(CacheAccounting(self.metrics, request).record(usage))
+        headers.update(self._tools_header(loop))
+        headers.update(self._account(request, exchange).record(usage, loop.rounds, first, shown["tool_calls"],
+                                                               loop.found))
         await self._store(request, loop, visible, after, shown)
         await self._dispatched(request, getattr(json, "dispatched", {}))
         exchange.done(Outcome(200, len(body)))
@@ -213,6 +225,7 @@ class ToolSearchResponder:
                       state: StreamFraming, gauge: Any) -> AsyncIterator[bytes]:
         outcome = Outcome(200, streamed=True)
         stored = False
+        first: Any = None
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         shape = request.codec.shape
@@ -234,6 +247,7 @@ class ToolSearchResponder:
                     if not searches:
                         break
                     self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
+                    first = copy.deepcopy(state.usage) if loop.rounds == 0 else first
                     results = await loop.answer(searches, self.ranker)
                     assistant = state.assistant()
                     if state.own_calls or not loop.can_continue():
@@ -248,7 +262,7 @@ class ToolSearchResponder:
                 if loop.rounds and not stored:
                     await self._store(request, loop, _merged(state.assistant()), [], state.shown())
                 await self._called(request, loop, state.own_calls)
-                CacheAccounting(self.metrics, request).record(state.usage)
+                self._account(request, exchange).record(state.usage, loop.rounds, first, state.own_calls, loop.found)
                 closing, replayed = state.closing(include_usage)
                 await self._remember_alias(request, state)
                 for out in closing:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from proxy.stores import Store, StoreError
@@ -115,6 +115,12 @@ class GuardedStore:
 
     async def hdel(self, key: str, field: str) -> bool:
         return await self._call(lambda: self.inner.hdel(key, field))
+
+    async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
+        await self._call(lambda: self.inner.incr(key, deltas, ttl))
+
+    async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
+        return await self._call(lambda: self.inner.counters(keys))
 
     async def ping(self) -> bool:
         """A health probe: it bypasses the open breaker, and a success closes it."""

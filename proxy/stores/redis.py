@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -67,6 +67,28 @@ class RedisStore:
 
     async def hdel(self, key: str, field: str) -> bool:
         return bool(await self._run(self._redis.hdel(key, field)))
+
+    async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
+        if not deltas:
+            return
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for field, delta in deltas.items():
+                if float(delta).is_integer():
+                    pipe.hincrby(key, field, int(delta))
+                else:
+                    pipe.hincrbyfloat(key, field, float(delta))
+            if ttl:
+                pipe.pexpire(key, int(ttl * 1000))
+            await self._run(pipe.execute())
+
+    async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
+        if not keys:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for k in keys:
+                pipe.hgetall(k)
+            found = await self._run(pipe.execute())
+        return [{f.decode(): float(v) for f, v in raw.items()} for raw in found]
 
     async def ping(self) -> bool:
         """Can the store write? (A replica that turned read-only, or an out-of-memory Redis, reads fine.)"""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -28,6 +28,8 @@ CREATE TABLE IF NOT EXISTS lists (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEX
 CREATE INDEX IF NOT EXISTS lists_key ON lists (key, seq);
 CREATE TABLE IF NOT EXISTS hashes (key TEXT NOT NULL, field TEXT NOT NULL, value BLOB NOT NULL,
                                    PRIMARY KEY (key, field));
+CREATE TABLE IF NOT EXISTS counters (key TEXT NOT NULL, field TEXT NOT NULL, value REAL NOT NULL, expires REAL,
+                                     PRIMARY KEY (key, field));
 """
 
 
@@ -85,6 +87,7 @@ class SqliteStore:
         now = time.time()
         conn.execute("DELETE FROM kv WHERE expires IS NOT NULL AND expires <= ?", (now,))
         conn.execute("DELETE FROM lists WHERE expires IS NOT NULL AND expires <= ?", (now,))
+        conn.execute("DELETE FROM counters WHERE expires IS NOT NULL AND expires <= ?", (now,))
 
     @staticmethod
     def _expiry(ttl: float | None) -> float | None:
@@ -137,6 +140,7 @@ class SqliteStore:
             conn.execute("DELETE FROM kv WHERE key = ?", (key,))
             conn.execute("DELETE FROM lists WHERE key = ?", (key,))
             conn.execute("DELETE FROM hashes WHERE key = ?", (key,))
+            conn.execute("DELETE FROM counters WHERE key = ?", (key,))
 
         await self._run(fn)
 
@@ -193,6 +197,43 @@ class SqliteStore:
             return conn.execute("DELETE FROM hashes WHERE key = ? AND field = ?", (key, field)).rowcount > 0
 
         return await self._run(fn)
+
+    async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
+        expires = self._expiry(ttl)
+        rows = [(key, field, float(delta), expires) for field, delta in deltas.items()]
+
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM counters WHERE key = ? AND expires IS NOT NULL AND expires <= ?",
+                             (key, time.time()))
+                conn.executemany("INSERT INTO counters (key, field, value, expires) VALUES (?, ?, ?, ?) "
+                                 "ON CONFLICT(key, field) DO UPDATE SET value = value + excluded.value, "
+                                 "expires = excluded.expires", rows)
+                if expires is not None:
+                    conn.execute("UPDATE counters SET expires = ? WHERE key = ?", (expires, key))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        if rows:
+            await self._run(fn)
+
+    async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, float]]:
+            found: dict[str, dict[str, float]] = {k: {} for k in keys}
+            now = time.time()
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                for k, field, value in conn.execute(
+                        f"SELECT key, field, value FROM counters WHERE key IN ({marks}) "
+                        "AND (expires IS NULL OR expires > ?)", (*chunk, now)):
+                    found[k][field] = value
+            return [found[k] for k in keys]
+
+        return await self._run(fn) if keys else []
 
     async def ping(self) -> bool:
         """Can the store write? (A read would pass on a deleted file or a full disk.)"""
