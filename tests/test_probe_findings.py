@@ -83,6 +83,23 @@ def test_idle_connection_is_cut_off(recorded: tuple[Recorder, ServerThread]) -> 
         assert _closed(conn)
 
 
+def test_connections_past_the_limit_get_503(start_keel: Callable[..., ServerThread]) -> None:
+    """Past server.max_client_connections a request is answered 503 at once (never queued behind
+    held connections), and served again once they close."""
+    recorder = Recorder(chunks=[b'{"ok":true}'])
+    with ServerThread(recorder) as upstream:
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1"), server={"max_client_connections": 4}))
+        held = [socket.create_connection(("127.0.0.1", keel.port), timeout=5) for _ in range(4)]
+        try:
+            time.sleep(0.1)
+            assert httpx.get(keel.url + "/healthz").status_code == 503
+        finally:
+            for conn in held:
+                conn.close()
+        time.sleep(0.1)
+        assert httpx.get(keel.url + "/healthz").status_code == 200
+
+
 def _closed(conn: socket.socket) -> bool:
     try:
         conn.setblocking(False)
