@@ -11,6 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -166,6 +167,9 @@ class UpstreamConfig(_Model):
     api_key_env: str | None = Field(None, description="environment variable holding the provider key")
     kind: UpstreamKind = "openai"
     headers: dict[str, str] = Field(default_factory=dict, description="extra headers sent upstream")
+    native_tool_search: bool | None = Field(
+        None, description="the upstream answers clients' own tool search (defer_loading tools and a tool_search "
+        "tool) itself; null: yes for api.anthropic.com on /v1/messages and api.openai.com on /v1/responses")
 
     @field_validator("base_url")
     @classmethod
@@ -176,6 +180,13 @@ class UpstreamConfig(_Model):
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def searches_natively(self, shape: str) -> bool:
+        """Does this upstream run a client's deferred-tool search itself, on this API shape?"""
+        if self.native_tool_search is not None:
+            return self.native_tool_search
+        host = urlsplit(self.base_url).hostname or ""
+        return (shape, host) in (("messages", "api.anthropic.com"), ("responses", "api.openai.com"))
 
 
 class DeferConfig(_Model):

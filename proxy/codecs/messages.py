@@ -139,11 +139,12 @@ class MessagesCodec:
             elif "system" in wire:
                 del wire["system"]
             wire["messages"] = self._messages(messages[lead:], view)
-        if body.get("tools") is not view.body.get("tools"):
+        refused = body.get("foreign_tools") is not view.body.get("foreign_tools")  # a planner dropped some
+        if body.get("tools") is not view.body.get("tools") or refused:
             tools = view.wire.get("tools") or []
-            foreign = [t for t in tools if not _is_custom(t)]
+            foreign = list(body.get("foreign_tools") or []) if refused else [t for t in tools if not _is_custom(t)]
             mine = [self._tool(t, view) for t in body.get("tools") or []]
-            if [id(t) for t in mine] != [id(t) for t in tools if _is_custom(t)]:  # else: the same tools, as sent
+            if refused or [id(t) for t in mine] != [id(t) for t in tools if _is_custom(t)]:  # else: the same tools, as sent
                 wire["tools"] = [*foreign, *mine]
         return wire
 

@@ -142,11 +142,13 @@ class ResponsesCodec:
                 wire["input"] = items[0]  # the client's string input, as sent
             else:
                 wire["input"] = [{"role": "user", "content": i} if isinstance(i, str) else i for i in items]
-        if body.get("tools") is not view.body.get("tools"):
+        refused = body.get("foreign_tools") is not view.body.get("foreign_tools")  # a planner dropped some
+        if body.get("tools") is not view.body.get("tools") or refused:
             tools = view.wire.get("tools") or []
-            foreign = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
+            foreign = list(body.get("foreign_tools") or []) if refused else [
+                t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
             mine = [self._tool(t) for t in body.get("tools") or []]
-            if [id(t) for t in mine] != [id(t) for t in tools if t not in foreign]:  # else: the same tools, as sent
+            if refused or [id(t) for t in mine] != [id(t) for t in tools if t not in foreign]:  # else: the same tools, as sent
                 wire["tools"] = [*foreign, *mine]
         if "prompt_cache_key" in body and "prompt_cache_key" not in wire:
             wire["prompt_cache_key"] = body["prompt_cache_key"]

@@ -25,6 +25,7 @@ from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
+from proxy.tools.deferral import client_deferral
 from proxy.tools.learned import LearnedPhrases
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
@@ -102,10 +103,19 @@ class ToolPlanner:
 
     async def plan(self, request: Turn) -> Turn:
         cfg = request.tenant.tools
-        tools = request.body.get("tools")
-        if not cfg.defer.enabled or not isinstance(tools, list) or len(tools) < cfg.defer.min_tools:
-            return request
         if request.codec.shape not in self.shapes:  # no responder answers tool_search in this shape yet
+            return request
+        deferral = client_deferral(request.body)
+        if deferral is not None:  # the client deferred tools itself
+            if request.tenant.upstream.searches_natively(request.codec.shape):
+                return request  # the provider searches: the request goes as the client wrote it
+            body = {**request.body, "tools": list(deferral.loaded)}
+            if "foreign_tools" in body:  # the codec renders these (chat has none)
+                body["foreign_tools"] = list(deferral.foreign)
+            request = request.with_body(body)
+        tools = request.body.get("tools")
+        too_few = isinstance(tools, list) and len(tools) < cfg.defer.min_tools and deferral is None
+        if not cfg.defer.enabled or not isinstance(tools, list) or too_few:
             return request
         request = await self._continue_stored(request)
         catalog = await self.catalogs.get_async(tools)
@@ -116,6 +126,8 @@ class ToolPlanner:
         messages = splice(request.messages, records, catalog.key)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
+        if deferral is not None:  # what the client kept loaded stays loaded
+            pinned |= {e.name for e in catalog.entries if e.name not in deferral.deferred}
         if policy.dispatch:
             messages = generic_calls(messages, records)
         return await policy.plan(self, TurnTools(request, catalog, messages, query, frozenset(pinned)))

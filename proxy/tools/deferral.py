@@ -1,0 +1,58 @@
+"""A client's own tool deferral: tools marked `defer_loading: true` and a search tool of the
+provider's (Anthropic's `tool_search_tool_*`, Responses' `tool_search`).
+
+An upstream that searches natively gets the request as sent. For one that cannot, Keel honours
+the client's choice: the tools without `defer_loading` stay loaded, the deferred ones are ranked
+like any catalog (the few a turn needs ship, loaded; the rest one Keel `tool_search` away), the
+provider's search tool is replaced by Keel's, and no `defer_loading` reaches an upstream that
+would not understand it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.codecs import KEEL
+
+FLAG = "defer_loading"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDeferral:
+    deferred: frozenset[str]  # names of the tools the client marked defer_loading
+    loaded: tuple[dict[str, Any], ...]  # the view's function tools, every one loaded (no defer_loading)
+    foreign: tuple[Any, ...]  # the view's other tools, the provider's search tool left out
+
+
+def is_provider_search(tool: Any) -> bool:
+    """Anthropic's tool_search_tool_regex/bm25_* server tools, Responses' hosted tool_search."""
+    return isinstance(tool, dict) and isinstance(tool.get("type"), str) and tool["type"].startswith("tool_search")
+
+
+def _deferred(tool: dict[str, Any]) -> bool:
+    client = tool.get(KEEL)
+    return tool.get(FLAG) is True or (isinstance(client, dict) and client.get(FLAG) is True)
+
+
+def _loaded(tool: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in tool.items() if k != FLAG}
+    client = out.get(KEEL)
+    if isinstance(client, dict) and FLAG in client:  # the client's own object, rendered back by the codec
+        out[KEEL] = {k: v for k, v in client.items() if k != FLAG}
+    return out
+
+
+def client_deferral(body: dict[str, Any]) -> ClientDeferral | None:
+    """What the client deferred in this view body; None when it deferred nothing."""
+    tools = body.get("tools")
+    foreign: Sequence[Any] = body.get("foreign_tools") or ()
+    if not isinstance(tools, list):
+        return None
+    functions = [t for t in tools if isinstance(t, dict)]
+    deferred = frozenset(str((t.get("function") or {}).get("name")) for t in functions if _deferred(t))
+    if not deferred and not any(is_provider_search(t) for t in foreign):
+        return None
+    loaded = tuple(_loaded(t) if _deferred(t) else t for t in tools)
+    return ClientDeferral(deferred, loaded, tuple(t for t in foreign if not is_provider_search(t)))
