@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import uvicorn
 
@@ -28,6 +29,30 @@ REDIS_URL = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 KEY = "sk-keel-test"
 KEY_DIGEST = hashlib.sha256(KEY.encode()).hexdigest()
 CATALOGS = SHARED / "data" / "catalogs"
+MODEL_DIR = SHARED / "data" / "models" / "all-MiniLM-L6-v2-int8"
+# Tests of the real data: they run where ../shared/data is (CI has it) and say why they skip elsewhere.
+needs_catalogs = pytest.mark.skipif(not (CATALOGS / "agent_8servers.json").is_file(), reason=(
+    f"needs the real MCP tool catalogs in {CATALOGS} (../shared/data, present in CI)"))
+needs_model = pytest.mark.skipif(not (MODEL_DIR / "model.onnx").is_file(), reason=(
+    f"needs the int8 ONNX embedding model in {MODEL_DIR} (../shared/data, present in CI)"))
+
+
+def real_catalog(name: str = "agent_8servers.json") -> list[dict[str, Any]]:
+    """A real MCP catalog; the calling test is skipped, saying so, where ../shared/data is absent."""
+    path = CATALOGS / name
+    if not path.is_file():
+        pytest.skip(f"needs the real MCP tool catalog {path} (../shared/data, present in CI)")
+    tools: list[dict[str, Any]] = orjson.loads(path.read_bytes())["tools"]
+    return tools
+
+
+def large_catalog() -> list[dict[str, Any]]:
+    """Many tools for tests that need size, not particular names: the 208 real tools where
+    ../shared/data is, else the 118 the project generates (proxy/demo_catalog.py)."""
+    from proxy.demo_catalog import generated
+
+    path = CATALOGS / "agent_8servers.json"
+    return list(orjson.loads(path.read_bytes())["tools"]) if path.is_file() else generated()
 
 
 class ServerThread:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import httpx
 import orjson
-from conftest import CATALOGS, KEY, ServerThread, keel_config, tenant
+from conftest import CATALOGS, KEY, ServerThread, keel_config, needs_catalogs, tenant
 from recorder import Recorder
 
 # Odd spacing, key order and unicode: anything that re-serialized would change these bytes.
@@ -71,6 +71,7 @@ def test_stream_bytes_unchanged_and_not_buffered(start_keel: Callable[..., Serve
     assert arrivals[0] < 0.25, "the first chunk must not wait for the rest"
     assert len(arrivals) >= 3
 
+@needs_catalogs
 def test_large_real_tool_catalog_unchanged(start_keel: Callable[..., ServerThread]) -> None:
     """A 200-tool request from a real catalog passes through byte for byte."""
     tools = (CATALOGS / "agent_8servers.json").read_bytes()

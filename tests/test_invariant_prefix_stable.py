@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import orjson
 import pytest
-from conftest import CATALOGS, KEY, ServerThread, keel_config, tenant
+from conftest import KEY, ServerThread, keel_config, large_catalog, tenant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +27,7 @@ def canon(value: Any) -> bytes:
 
 
 def catalog() -> list[dict[str, Any]]:
-    tools: list[dict[str, Any]] = orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"]
+    tools = large_catalog()
     return tools
 
 

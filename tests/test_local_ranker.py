@@ -9,14 +9,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import CATALOGS, KEY, SHARED, ServerThread, keel_config, tenant
+from conftest import CATALOGS, KEY, MODEL_DIR, ServerThread, keel_config, needs_catalogs, needs_model, tenant
 
 from proxy.tools.catalog import build_catalog
 
 pytest.importorskip("onnxruntime", reason="the optional 'local' extra is part of the dev install")
 from proxy.tools.local import LocalEncoder, LocalRanker
 
-MODEL_DIR = SHARED / "data" / "models" / "all-MiniLM-L6-v2-int8"
+pytestmark = [needs_model, needs_catalogs]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import KEY, SHARED, ServerThread, keel_config, tenant
+from conftest import KEY, MODEL_DIR, ServerThread, keel_config, needs_model, tenant
 from fastapi import FastAPI, Response
 from fastapi.responses import FileResponse
 
@@ -19,7 +19,7 @@ from proxy.cli import main
 from proxy.tools.model_fetch import DIGESTS, ModelFetchError, fetch_model, onnx_variant
 
 pytest.importorskip("onnxruntime", reason="the optional 'local' extra is part of the dev install")
-MODEL_DIR = SHARED / "data" / "models" / "all-MiniLM-L6-v2-int8"
+pytestmark = needs_model  # the hub serves the real model files
 
 
 def hub_app(hits: Counter[str]) -> FastAPI:
@@ -88,13 +88,12 @@ def test_local_backend_fetches_in_background(hub: tuple[str, Counter[str]], tmp_
                                              start_keel: Callable[..., ServerThread]) -> None:
     """A local backend whose directory is empty answers at once (BM25 meanwhile), fetches the model
     in the background, then ranks a paraphrase by meaning."""
-    import orjson
-    from conftest import CATALOGS
+    from conftest import real_catalog
 
     source, hits = hub
     wanted = {"maps_directions", "maps_geocode", "slack_post_message", "read_file", "write_file", "create_branch",
               "get_current_time", "fetch", "list_issues", "search_code", "merge_pull_request", "convert_time"}
-    tools = [t for t in orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"]
+    tools = [t for t in real_catalog()
              if t["function"]["name"] in wanted]
     cfg = {"enabled": True, "defer": {"min_tools": 5}, "select": {
         "backend": "local", "model_dir": str(tmp_path / "minilm"), "model_source": source, "timeout_ms": 2000,

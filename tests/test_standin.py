@@ -7,14 +7,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import CATALOGS, ServerThread
+from conftest import ServerThread, large_catalog
 
 from proxy.standin.caching import PrefixCache, TooManyBreakpointsError, prompt_blocks
 from proxy.tokens import TokenCounter
 
 
 def catalog_tools(n: int) -> list[dict[str, Any]]:
-    return orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"][:n]
+    return large_catalog()[:n]
 
 
 def body(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:

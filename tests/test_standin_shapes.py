@@ -10,7 +10,7 @@ import httpx
 import openai
 import orjson
 import pytest
-from conftest import CATALOGS, ServerThread
+from conftest import ServerThread, large_catalog
 
 WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}}
 CALL_WEATHER = '[[call get_weather {"city": "Paris"}]]'
@@ -18,7 +18,7 @@ CALL_WEATHER = '[[call get_weather {"city": "Paris"}]]'
 
 def catalog(n: int) -> list[dict[str, Any]]:
     """The first n tools of a real catalog, as chat tools."""
-    tools: list[dict[str, Any]] = orjson.loads((CATALOGS / "agent_8servers.json").read_bytes())["tools"][:n]
+    tools: list[dict[str, Any]] = large_catalog()[:n]
     return tools
 
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 import orjson
 import pytest
-from conftest import CATALOGS, KEY, ServerThread, keel_config, tenant
+from conftest import KEY, ServerThread, keel_config, real_catalog, tenant
 
 from proxy.standin.script import hidden_call
 
@@ -19,8 +19,7 @@ AUTH = {"authorization": f"Bearer {KEY}"}
 
 
 def catalog(name: str = "agent_8servers.json") -> list[dict[str, Any]]:
-    tools: list[dict[str, Any]] = orjson.loads((CATALOGS / name).read_bytes())["tools"]
-    return tools
+    return real_catalog(name)  # these tests name the real catalogs' tools
 
 
 def tools_tenant(upstream: str, **tools: Any) -> dict[str, Any]:
