@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import orjson
 from common import CATALOGS, KEY, SHARED, start_keel, start_standin
+from firstshot import Synchronous, make_ranker
 from overhead import table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -166,24 +167,6 @@ def planner_for(ranker: Any, defer: dict[str, Any] | None = None) -> tuple[ToolP
         "tools": {"enabled": True, "defer": {"min_tools": 0, **(defer or {})}}}]})
     planner = ToolPlanner(CatalogCache(TokenCounter()), lambda c: ranker, Metrics(), lambda plan, ranker: plan)
     return planner, config.tenants[0]
-
-
-class Synchronous:
-    """A ranker whose vectors are computed before the first turn (benchmarks measure quality, not warm-up)."""
-
-    def __init__(self, ranker: Any) -> None:
-        self.ranker = ranker
-
-    async def rank(self, query: str, catalog: Any, candidates: Any, shortlist: int) -> Any:
-        return self.ranker.rank_now(query, catalog, candidates, shortlist)
-
-
-def make_ranker(backend: str, model: Path = MODEL_DIR) -> Any:
-    if backend == "local":
-        from proxy.tools.local import LocalEncoder, LocalRanker
-
-        return LocalRanker(LocalEncoder(model))
-    return LexicalRanker()
 
 
 async def surfaced(planner: ToolPlanner, tenant: Any, tools: list[dict[str, Any]], query: str) -> ToolPlan | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy import jsontext
 from proxy.codecs.messages import MessagesCodec
 from proxy.codecs.responses import ResponsesCodec
@@ -106,6 +108,18 @@ def test_messages_render_a_spliced_search_exchange_as_valid_turns() -> None:
     assert out["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "ts1",
                                               "content": "{\"tools\":[]}"}]
     assert out["messages"][0] is wire["messages"][0] and out["messages"][3] is wire["messages"][1]
+
+
+@pytest.mark.parametrize("odd", [{"type": "function"}, {"type": "function", "name": 7}, "a string"])
+def test_responses_tools_keel_cannot_plan_ride_along(odd: Any) -> None:
+    """A tool that is not a plannable function tool (no name, not an object) is sent on as the
+    client wrote it when a planner changes the others; it never vanishes."""
+    codec = ResponsesCodec()
+    tools = [{"type": "function", "name": f"t{n}", "parameters": {}} for n in range(3)]
+    wire = {"model": "m", "input": "hi", "tools": [*tools, odd]}
+    view = codec.view(wire)
+    out = codec.render({**view.body, "tools": view.body["tools"][:1]}, view)
+    assert out["tools"] == [odd, tools[0]]
 
 
 def test_responses_view_and_render() -> None:

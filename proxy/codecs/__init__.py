@@ -17,6 +17,7 @@ tools and reasoning items, Messages' server tools and thinking blocks) ride alon
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -71,3 +72,28 @@ def strip_keel(value: Any) -> Any:
     if isinstance(value, list):
         return [strip_keel(v) for v in value]
     return value
+
+
+def view_tools(tools: list[Any], own: Callable[[Any], bool], to_view: Callable[[dict[str, Any]], dict[str, Any]],
+               take: Origins) -> dict[str, list[Any]]:
+    """A shape's tools in the view: its function tools as chat function tools (`tools`), the rest
+    (server, hosted, custom tools) as sent (`foreign_tools`, only when there are any)."""
+    out: dict[str, list[Any]] = {"tools": [take.take(to_view(t), t) for t in tools if own(t)]}
+    if len(out["tools"]) != len(tools):
+        out["foreign_tools"] = [t for t in tools if not own(t)]
+    return out
+
+
+def render_tools(body: dict[str, Any], view: View, own: Callable[[Any], bool],
+                 to_wire: Callable[[dict[str, Any]], Any]) -> list[Any] | None:
+    """The wire tools for a planned view body: foreign tools first (as sent, less any a planner
+    dropped), then the function tools; None when both are the client's, as sent."""
+    dropped = body.get("foreign_tools") is not view.body.get("foreign_tools")
+    if body.get("tools") is view.body.get("tools") and not dropped:
+        return None
+    sent = view.wire.get("tools") or []
+    foreign = list(body.get("foreign_tools") or []) if dropped else [t for t in sent if not own(t)]
+    mine = [to_wire(t) for t in body.get("tools") or []]
+    if not dropped and [id(t) for t in mine] == [id(t) for t in sent if own(t)]:
+        return None  # the same tools, as sent
+    return [*foreign, *mine]

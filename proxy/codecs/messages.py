@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from proxy import jsontext
-from proxy.codecs import KEEL, Origins, View, strip_keel
+from proxy.codecs import KEEL, Origins, View, render_tools, strip_keel, view_tools
 from proxy.messages import message_text
 
 
@@ -119,9 +119,7 @@ class MessagesCodec:
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
-            body["tools"] = [take.take(function_tool(t), t) for t in tools if _is_custom(t)]
-            if len(body["tools"]) != len(tools):
-                body["foreign_tools"] = [t for t in tools if not _is_custom(t)]
+            body.update(view_tools(tools, _is_custom, function_tool, take))
         choice = wire.get("tool_choice")
         if isinstance(choice, dict) and choice.get("type") == "tool":
             body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
@@ -139,13 +137,9 @@ class MessagesCodec:
             elif "system" in wire:
                 del wire["system"]
             wire["messages"] = self._messages(messages[lead:], view)
-        refused = body.get("foreign_tools") is not view.body.get("foreign_tools")  # a planner dropped some
-        if body.get("tools") is not view.body.get("tools") or refused:
-            tools = view.wire.get("tools") or []
-            foreign = list(body.get("foreign_tools") or []) if refused else [t for t in tools if not _is_custom(t)]
-            mine = [self._tool(t, view) for t in body.get("tools") or []]
-            if refused or [id(t) for t in mine] != [id(t) for t in tools if _is_custom(t)]:  # else: the same tools, as sent
-                wire["tools"] = [*foreign, *mine]
+        tools = render_tools(body, view, _is_custom, lambda tool: self._tool(tool, view))
+        if tools is not None:
+            wire["tools"] = tools
         return wire
 
     @staticmethod

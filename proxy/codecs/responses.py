@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from proxy.codecs import KEEL, Origins, View, strip_keel
+from proxy.codecs import KEEL, Origins, View, render_tools, strip_keel, view_tools
 from proxy.messages import message_text
 
 ITEM = "item"  # the view role of an input item the planners leave alone
@@ -89,6 +89,11 @@ def _message(item: dict[str, Any], take: Origins) -> dict[str, Any]:
     return take.take({"role": ITEM, ITEM: item}, item)
 
 
+def _is_function(tool: Any) -> bool:
+    """A function tool Keel can plan around (hosted, custom and namespace tools ride along as sent)."""
+    return isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str)
+
+
 def function_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """A flat Responses function tool as the view's `{"type": "function", "function": {...}}`; the
     client's own object rides along (`_keel`), so it is rendered as sent in later requests too."""
@@ -120,10 +125,7 @@ class ResponsesCodec:
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
-            body["tools"] = [take.take(function_tool(t), t) for t in tools
-                             if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)]
-            if len(body["tools"]) != len(tools):  # hosted or custom tools: the planners must not defer around them
-                body["foreign_tools"] = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
+            body.update(view_tools(tools, _is_function, function_tool, take))
         choice = wire.get("tool_choice")
         if isinstance(choice, dict) and choice.get("type") == "function":
             body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
@@ -142,14 +144,9 @@ class ResponsesCodec:
                 wire["input"] = items[0]  # the client's string input, as sent
             else:
                 wire["input"] = [{"role": "user", "content": i} if isinstance(i, str) else i for i in items]
-        refused = body.get("foreign_tools") is not view.body.get("foreign_tools")  # a planner dropped some
-        if body.get("tools") is not view.body.get("tools") or refused:
-            tools = view.wire.get("tools") or []
-            foreign = list(body.get("foreign_tools") or []) if refused else [
-                t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
-            mine = [self._tool(t) for t in body.get("tools") or []]
-            if refused or [id(t) for t in mine] != [id(t) for t in tools if t not in foreign]:  # else: the same tools, as sent
-                wire["tools"] = [*foreign, *mine]
+        tools = render_tools(body, view, _is_function, self._tool)
+        if tools is not None:
+            wire["tools"] = tools
         if "prompt_cache_key" in body and "prompt_cache_key" not in wire:
             wire["prompt_cache_key"] = body["prompt_cache_key"]
         if body.get("previous_response_id") != view.body.get("previous_response_id"):
