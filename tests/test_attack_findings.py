@@ -4,13 +4,19 @@ isolation on the new shapes found, each reproduced through HTTP against real ser
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
-from conftest import KEY, KEY_DIGEST, ServerThread, keel_config, small_catalog, tenant
+from conftest import KEY, KEY_DIGEST, ServerThread, eventually, keel_config, small_catalog, tenant
+
+import proxy.tools.learned as learned_module
+from proxy.standin.script import hidden_call
 
 from proxy.standin.app import StandIn, create_standin_app
 from proxy.tokens import TokenCounter
@@ -103,3 +109,97 @@ def test_since_far_back_is_bounded_by_retention(keel_on: ServerThread, since: st
     assert time.monotonic() - started < 3
     ping = httpx.post(keel_on.url + "/v1/chat/completions", headers=AUTH, json=bodies("chat"), timeout=5)
     assert ping.status_code == 200
+
+
+# --- 3. learning from traffic: what a client can make Keel keep ------------------------------------------
+
+def learned_fields(db: Path) -> dict[str, bytes]:
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute("SELECT field, value FROM hashes WHERE key = ?", ("keel:{learned:acme}:phrases",)))
+
+
+def gadget(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": "Count the lamps a lighthouse keeper logged.",
+                                             "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}}
+
+
+def found_by_search(keel: ServerThread, name: str, words: str = "tidy the old workshop bench",
+                    headers: dict[str, str] | None = None) -> httpx.Response:
+    """One turn whose model finds `name` by tool_search and calls it: Keel learns the turn's words for it."""
+    reply = httpx.post(keel.url + "/v1/chat/completions", headers={**AUTH, **(headers or {})}, timeout=15, json={
+        "model": "m", "tools": [*small_catalog(), gadget(name)],
+        "messages": [{"role": "user", "content": f"{words} " + hidden_call(name, '{"id": "1"}')}]})
+    reply.raise_for_status()
+    return reply
+
+
+@pytest.fixture
+def learning(stand: ServerThread, start_keel: Callable[..., ServerThread],
+             tmp_path: Path) -> tuple[ServerThread, Path, ServerThread]:
+    """Keel with lean tools on a SQLite file (read back by the test), the stand-in behind it."""
+    db = tmp_path / "keel.db"
+    return start_keel(keel_config(tenant(stand.url + "/v1", tools={"enabled": True}),
+                                  store={"url": f"sqlite:///{db}"})), db, stand
+
+
+def test_learned_tools_per_tenant_are_bounded(learning: tuple[ServerThread, Path, ServerThread],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every tool a search found was kept for its tenant forever: `TOOLS_PER_TENANT` capped only what
+    a ranking reads, never what the store holds, so a client naming a new tool each turn grew the
+    tenant's hash without end. The least recently learned now go once the tenant holds more."""
+    monkeypatch.setattr(learned_module, "TOOLS_PER_TENANT", 3)
+    keel, db, _ = learning
+    for i in range(6):
+        found_by_search(keel, f"zz_gadget_{i}")
+        found_by_search(keel, "plain_request_ranks_again", words="list the tickets")  # a ranking reads the phrases
+    assert eventually(lambda: len(learned_fields(db)) <= 3), sorted(learned_fields(db))
+    assert "zz_gadget_5" in learned_fields(db)
+
+
+def test_learned_tool_names_are_bounded(learning: tuple[ServerThread, Path, ServerThread]) -> None:
+    """A tool name has no length limit in a client's catalog; a 20,000-character one found by search was
+    kept as a field name of the tenant's phrases. Names longer than any provider accepts are not learned."""
+    keel, db, _ = learning
+    found_by_search(keel, "zz_" + "q" * 20_000)
+    assert all(len(name) <= 256 for name in learned_fields(db))
+
+
+def test_learned_phrases_expire(learning: tuple[ServerThread, Path, ServerThread], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`LearnedPhrases(ttl=90 days)` was never applied: hashes have no TTL in the store, so a user's words
+    (up to 500 characters of their message) stayed in the tenant's phrases for good. A phrase older
+    than the ttl no longer recalls its tool (and goes at the next reading)."""
+    keel, db, _ = learning
+    found_by_search(keel, "polish_gadget", words="buff the old trumpet valves until they shine")
+    later = time.time() + 91 * 24 * 3600
+    monkeypatch.setattr(learned_module.time, "time", lambda: later)
+    reply = httpx.post(keel.url + "/v1/chat/completions", headers=AUTH, timeout=15, json={
+        "model": "m", "tools": [*small_catalog(), gadget("polish_gadget")],
+        "messages": [{"role": "user", "content": "buff the trumpet valves until they shine"}]})
+    assert reply.status_code == 200
+    sent = learning[2].app.state.standin.requests[-1]
+    assert "polish_gadget" not in [t["function"]["name"] for t in sent.get("tools", [])]
+
+
+def test_learned_index_cache_is_bounded(learning: tuple[ServerThread, Path, ServerThread]) -> None:
+    """The per-process cache of learned indexes kept one entry per (tenant, catalog) it ever saw, with no
+    bound: a client sending a new catalog each turn grew a worker's memory without end."""
+    keel, _, _ = learning
+    phrases = keel.app.state.keel.pipeline.planners[0].learned
+    with httpx.Client(timeout=15) as client:
+        for i in range(300):
+            client.post(keel.url + "/v1/chat/completions", headers=AUTH, json={
+                "model": "m", "tools": [*small_catalog(), gadget(f"gadget_{i}")],
+                "messages": [{"role": "user", "content": "list the tickets"}]}).raise_for_status()
+    assert len(phrases._indexes) <= learned_module.INDEXES_KEPT
+
+
+def test_learned_words_never_reach_another_users_request(learning: tuple[ServerThread, Path, ServerThread]) -> None:
+    """Held: what one user's turn taught ships a tool of the other user's own catalog, never a word of it."""
+    keel, _, _ = learning
+    found_by_search(keel, "polish_gadget", words="buff the zanzibar trumpet valves", headers={"x-keel-user": "ana"})
+    httpx.post(keel.url + "/v1/chat/completions", headers={**AUTH, "x-keel-user": "bo"}, timeout=15, json={
+        "model": "m", "tools": [*small_catalog(), gadget("polish_gadget")],
+        "messages": [{"role": "user", "content": "buff the trumpet valves"}]}).raise_for_status()
+    sent = learning[2].app.state.standin.requests[-1]
+    assert "polish_gadget" in [t["function"]["name"] for t in sent["tools"]]  # recalled: a tool of bo's catalog
+    assert "zanzibar" not in orjson.dumps(sent).decode()
