@@ -22,7 +22,6 @@ from proxy.conversations import Location
 from proxy.messages import message_text
 from proxy.upstream import UpstreamResponse
 
-
 MAX_LABEL = 128  # the longest conversation id shown (and stored) as the client sent it
 
 

@@ -16,9 +16,8 @@ import pytest
 from conftest import KEY, KEY_DIGEST, ServerThread, eventually, keel_config, small_catalog, tenant
 
 import proxy.tools.learned as learned_module
-from proxy.standin.script import hidden_call
-
 from proxy.standin.app import StandIn, create_standin_app
+from proxy.standin.script import hidden_call
 from proxy.tokens import TokenCounter
 
 ADMIN = "keel-admin-attack"
@@ -168,7 +167,7 @@ def test_learned_phrases_expire(learning: tuple[ServerThread, Path, ServerThread
     """`LearnedPhrases(ttl=90 days)` was never applied: hashes have no TTL in the store, so a user's words
     (up to 500 characters of their message) stayed in the tenant's phrases for good. A phrase older
     than the ttl no longer recalls its tool (and goes at the next reading)."""
-    keel, db, _ = learning
+    keel, _, _ = learning
     found_by_search(keel, "polish_gadget", words="buff the old trumpet valves until they shine")
     later = time.time() + 91 * 24 * 3600
     monkeypatch.setattr(learned_module.time, "time", lambda: later)
