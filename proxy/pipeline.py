@@ -87,5 +87,5 @@ class Pipeline:
         """Find the turn in its conversation once, for every planner."""
         seed = request.chain_seed(self.digests.digest(request.context_text))
         chain = build_chain(seed, request.messages)
-        location = await self.conversations.locate(chain, request.conversation_id)
+        location = await self.conversations.locate(chain, request.conversation_label)
         return replace(request, location=location)

@@ -6,6 +6,7 @@ here and import nothing from each other.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -20,6 +21,8 @@ from proxy.config import TenantConfig
 from proxy.conversations import Location
 from proxy.messages import message_text
 from proxy.upstream import UpstreamResponse
+
+MAX_LABEL = 128  # the longest conversation id shown (and stored) as the client sent it
 
 
 @dataclass
@@ -113,6 +116,17 @@ class Turn:
         from_meta = metadata.get("conversation_id") if isinstance(metadata, dict) else None
         value = self.headers.get("x-keel-conversation") or from_meta
         return str(value) if isinstance(value, (str, int)) and value != "" else None
+
+    @property
+    def conversation_label(self) -> str | None:
+        """The conversation id as Keel shows it (`x-keel-conversation`, the page, the ledger's keys):
+        the client's own when it is short printable ASCII, else `id-` and a digest of it, so a
+        unicode, multi-line or very long id never reaches a response header or a store key as sent."""
+        value = self.conversation_id
+        if value is None or (len(value) <= MAX_LABEL and value == value.strip()
+                                  and all(" " <= c <= "~" for c in value)):
+            return value
+        return "id-" + hashlib.blake2b(value.encode(errors="surrogatepass"), digest_size=16).hexdigest()
 
     @property
     def cache_key(self) -> str | None:

@@ -100,12 +100,19 @@ class Ledger:
 
     # Reading
 
+    def _bounded(self, since: float, until: float) -> float:
+        """A range's start, no earlier than the oldest figures kept (a range reaching back centuries
+        would otherwise ask the store for every hour of it)."""
+        return max(since, until - self.ttl - DAY)
+
     async def hours(self, tenant: str, since: float, until: float) -> list[tuple[float, dict[str, float]]]:
+        since = self._bounded(since, until)
         starts = [h for h in range(int(since // HOUR * HOUR), int(until) + 1, HOUR)]
         found = await self.store.counters([self._key(tenant, "h", hour_of(h)) for h in starts])
         return [(float(h), c) for h, c in zip(starts, found, strict=True) if c]
 
     async def conversations(self, tenant: str, since: float, until: float) -> dict[str, dict[str, float]]:
+        since = self._bounded(since, until)
         days, day = [], int(since // DAY * DAY)
         while day <= until:
             days.append(day_of(day))

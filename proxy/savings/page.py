@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from html import escape
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import orjson
 from starlette.requests import Request
@@ -73,6 +73,8 @@ class SavingsPage:
         authorization = request.headers.get("authorization", "")
         if authorization[:7].lower() == "bearer " and authorization[7:].strip():
             return self._tenants_for(_digest(authorization[7:].strip()))
+        if request.url.path.startswith("/keel/api/"):
+            return []  # the cookie opens the page, never the API
         cookie = request.cookies.get(COOKIE, "")
         try:
             return self._tenants_for(bytes.fromhex(cookie)) if len(cookie) == 64 else []
@@ -99,6 +101,8 @@ class SavingsPage:
     # Routes
 
     async def login(self, request: Request) -> Response:
+        if _cross_site(request):
+            return self._login("Sign in from Keel's own page.", status=403)
         form = parse_qs((await self.read_body(request, LOGIN_BODY_LIMIT)).decode(errors="replace"))
         key = (form.get("key") or [""])[0].strip()
         if not key or not self._tenants_for(_digest(key)):
@@ -109,6 +113,8 @@ class SavingsPage:
         return response
 
     async def logout(self, request: Request) -> Response:
+        if _cross_site(request):
+            return Response(b"sign out from Keel's own page", status_code=403)
         response = RedirectResponse("/keel/", status_code=303)
         response.delete_cookie(COOKIE, path="/keel")
         return response
@@ -155,6 +161,19 @@ class SavingsPage:
                 "<p><small>A tenant's <code>auth.admin_keys</code>; the quickstart's is <code>keel-local</code>."
                 "</small></p></main>")
         return _html("Keel: sign in", body, status)
+
+
+def _cross_site(request: Request) -> bool:
+    """A form posted from another site (login CSRF): its browser says so in Sec-Fetch-Site or Origin.
+    A request with neither (curl, a script) is not a browser's cross-site post."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    hosts = {request.headers.get("host"), request.headers.get("x-forwarded-host")} - {None}
+    return origin == "null" or urlsplit(origin).netloc not in hosts
 
 
 def _html(title: str, body: str, status: int = 200) -> Response:

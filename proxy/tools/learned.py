@@ -7,12 +7,19 @@ beside the ranker's picks, never instead of one (learning only adds; an extra to
 hundred tokens, a displaced one a failed task). A request sharing most of its words (at least
 two) with a phrase also counts as a request to act, whatever the needs-tool gate made of it.
 Phrases live in the store (shared by replicas, kept across restarts) and are read once per
-tenant and catalog per minute, never per request.
+tenant and catalog per minute, never per request. What a tenant's clients can make Keel keep is
+bounded: names no provider accepts (over `MAX_NAME` characters) are not learned, a tool's phrases
+expire `ttl` after it was last learned, and past `TOOLS_PER_TENANT` tools the least recently
+learned go (both at the next reading of the phrases); the per-process index cache keeps
+`INDEXES_KEPT` (tenant, catalog) pairs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +35,19 @@ TOOLS_PER_TENANT = 2000  # learned tools kept per tenant (the least recently lea
 RECALLED = 3  # at most this many tools recalled per request
 SHARED_TERMS = 2  # a phrase recalls its tool when it shares at least this many terms with the request
 REFRESH_SECONDS = 60.0
+MAX_NAME = 256  # longer tool names are not learned (providers accept 64 to 128 characters)
+INDEXES_KEPT = 256  # (tenant, catalog) indexes cached per process
+log = logging.getLogger("keel.tools")
+
+
+def _entry(raw: bytes) -> tuple[float | None, list[str]]:
+    """A stored entry: when it was last learned (None: written before entries carried it) and its phrases."""
+    data = orjson.loads(raw)
+    if isinstance(data, dict):
+        at = data.get("at")
+        return (float(at) if isinstance(at, (int, float)) else None), [p for p in data.get("phrases") or []
+                                                                        if isinstance(p, str)]
+    return None, [p for p in data if isinstance(p, str)] if isinstance(data, list) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +60,9 @@ class LearnedPhrases:
     def __init__(self, store: Store, ttl: float = 90 * 24 * 3600) -> None:
         self.store = store
         self.ttl = ttl
-        self._indexes: dict[tuple[str, str], tuple[float, list[str], LexicalIndex | None, list[list[set[str]]]]] = {}
+        self._indexes: OrderedDict[tuple[str, str],
+                                   tuple[float, list[str], LexicalIndex | None, list[list[set[str]]]]] = OrderedDict()
+        self._pruning: set[asyncio.Task[None]] = set()
 
     @staticmethod
     def _key(tenant: str) -> str:
@@ -49,14 +71,12 @@ class LearnedPhrases:
     async def learn(self, tenant: str, tool: str, phrase: str) -> None:
         """Remember `phrase` (the turn's words) for `tool` in this tenant."""
         phrase = " ".join(phrase.split())[:500]
-        if not phrase:
+        if not phrase or len(tool) > MAX_NAME:
             return
         raw = await self.store.hget(self._key(tenant), tool)
-        phrases: list[str] = orjson.loads(raw) if raw else []
-        if phrase in phrases:
-            return
-        phrases = [*phrases, phrase][-PHRASES_PER_TOOL:]
-        await self.store.hset(self._key(tenant), tool, orjson.dumps(phrases))
+        _, phrases = _entry(raw) if raw else (None, [])
+        phrases = [*(p for p in phrases if p != phrase), phrase][-PHRASES_PER_TOOL:]
+        await self.store.hset(self._key(tenant), tool, orjson.dumps({"at": time.time(), "phrases": phrases}))
         for cached in [k for k in self._indexes if k[0] == tenant]:
             del self._indexes[cached]  # seen on the next ranking in this process; other replicas within a minute
 
@@ -88,10 +108,34 @@ class LearnedPhrases:
             raw = await self.store.hgetall(self._key(tenant))
         except StoreError:
             return None
-        names = [name for name in sorted(raw) if name in catalog.by_name][:TOOLS_PER_TENANT]
-        phrases = {name: orjson.loads(raw[name]) for name in names}
+        entries = {name: _entry(value) for name, value in raw.items()}
+        now = time.time()
+        live = {name: e for name, e in entries.items() if e[0] is None or now - e[0] < self.ttl}
+        kept = set(sorted(live, key=lambda name: -(live[name][0] or 0.0))[:TOOLS_PER_TENANT])  # the newest learned
+        self._prune(tenant, [name for name in entries if name not in kept])
+        names = sorted(name for name in kept if name in catalog.by_name)
+        phrases = {name: live[name][1] for name in names}
         docs = [term_frequencies("", " ".join(phrases[name]), "") for name in names]
         words = [[set(terms(p)) for p in phrases[name]] for name in names]  # per tool, like the index's docs
         lexical = LexicalIndex(docs) if docs else None
         self._indexes[(tenant, catalog.key)] = (time.monotonic(), names, lexical, words)
+        self._indexes.move_to_end((tenant, catalog.key))
+        while len(self._indexes) > INDEXES_KEPT:
+            self._indexes.popitem(last=False)
         return (names, lexical, words) if lexical is not None else None
+
+    def _prune(self, tenant: str, names: list[str]) -> None:
+        """Remove expired and least recently learned tools from the store, off the request path."""
+        if not names:
+            return
+
+        async def prune() -> None:
+            try:
+                for name in names:
+                    await self.store.hdel(self._key(tenant), name)
+            except Exception as exc:  # bookkeeping: the next reading tries again
+                log.warning("learned_phrases_not_pruned", extra={"tenant": tenant, "error": repr(exc)})
+
+        task = asyncio.get_running_loop().create_task(prune())
+        self._pruning.add(task)
+        task.add_done_callback(self._pruning.discard)
