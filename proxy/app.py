@@ -42,6 +42,7 @@ from proxy.memory.gate import MemoryGate
 from proxy.memory.jobs import MemoryJobs
 from proxy.memory.worker import MemoryPlanner, MemoryWorker
 from proxy.metrics import Metrics
+from proxy.owners import ResponseOwners
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
 from proxy.relay import relay, upstream_headers
 from proxy.rounds.responder import ToolSearchResponder
@@ -107,6 +108,7 @@ class Keel:
         self.metrics.store_up.set(1)
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds)
+        self.owners = ResponseOwners(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.memory_jobs = MemoryJobs(self.store, self.store.job_queue())  # queued on the request path
@@ -218,30 +220,39 @@ class Keel:
             if codec is None:
                 return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
             parsed = parse_turn(raw, caller, request.headers, rid, codec)
-            if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
-                log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
-            trace = Trace()
-            TRACE.set(trace)  # this request's task only: the rankers report their scores to it
-            planned = await self.pipeline.run(parsed)
-            trace.planning = False
-            content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
-            if content is None:  # a body Keel could not write back: the client's own
-                planned, content = parsed, raw
-            account = None
-            if planned.location is not None:
-                planned = planned.with_headers(**{"x-keel-conversation": planned.location.conversation})
-                meter = self.meter.turn(parsed, planned, trace) if self.config.savings.enabled else None
-                account = CacheAccounting(self.metrics, planned, meter)
-            if planned.responder is not None:
-                return await self.respond(planned, Exchange(send, rid, done, content, raw, account))
-            response = await send(content)
-            end = codec.stream_end if parsed.stream else None
-            return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
-                                            codec.shape, end)
+            if codec.shape == "responses":
+                await self.owners.check(parsed)
+                return await self.owners.watch(parsed, await self._turn(parsed, raw, send, rid, done, codec))
+            return await self._turn(parsed, raw, send, rid, done, codec)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
             done(Outcome(status=exc.status, error=exc.code))
             return error_response(exc, rid, codec.shape if codec is not None else "chat")
+
+    async def _turn(self, parsed: Turn, raw: bytes, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
+                    rid: str, done: Callable[[Outcome], None], codec: Codec) -> Response:
+        """Plan a parsed turn, send it, and relay (or answer) what comes back."""
+        tenant = parsed.tenant
+        if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
+            log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
+        trace = Trace()
+        TRACE.set(trace)  # this request's task only: the rankers report their scores to it
+        planned = await self.pipeline.run(parsed)
+        trace.planning = False
+        content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
+        if content is None:  # a body Keel could not write back: the client's own
+            planned, content = parsed, raw
+        account = None
+        if planned.location is not None:
+            planned = planned.with_headers(**{"x-keel-conversation": planned.location.conversation})
+            meter = self.meter.turn(parsed, planned, trace) if self.config.savings.enabled else None
+            account = CacheAccounting(self.metrics, planned, meter)
+        if planned.responder is not None:
+            return await self.respond(planned, Exchange(send, rid, done, content, raw, account))
+        response = await send(content)
+        end = codec.stream_end if parsed.stream else None
+        return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
+                                        codec.shape, end)
 
     async def relay_counted(
         self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,

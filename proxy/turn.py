@@ -99,6 +99,12 @@ class Turn:
         return messages
 
     @property
+    def owner(self) -> str:
+        """The caller's credential and end user as one digest: who state outside the chain (a
+        response id, Keel's alias for it) belongs to."""
+        return hashlib.blake2b(f"{self.scope}\0{self.end_user or ''}".encode(), digest_size=16).hexdigest()
+
+    @property
     def end_user(self) -> str | None:
         """`user`, `safety_identifier`, `X-Keel-User` or `metadata.user_id` (a user key's own user)."""
         if self.bound_user is not None:

@@ -285,7 +285,6 @@ def test_the_configs_digest_is_not_a_cookie(keel_on: ServerThread) -> None:
 # --- 5. isolation on /v1/responses: previous_response_id ----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: Keel does not record who each response id belongs to")
 def test_previous_response_id_of_another_user_is_refused(stand: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     """With `auth.user_keys` each key "acts only as its own user" (a 403 for any other). Yet bob's key may
     continue from alice's response: Keel forwards `previous_response_id` with the tenant's one provider

@@ -203,7 +203,7 @@ class ToolSearchResponder:
         if alias is None or request.body.get("store") is False:
             return
         try:
-            await self.conversations.alias_response(request.scope + "/" + request.tenant.id, *alias)
+            await self.conversations.alias_response(request.owner + "/" + request.tenant.id, *alias)
         except Exception as exc:  # bookkeeping: a client continuing from the first id loses Keel's rounds
             log.warning("response_alias_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
 

@@ -172,7 +172,7 @@ class ToolPlanner:
         shown = request.body.get("previous_response_id")
         if request.codec.shape != "responses" or not isinstance(shown, str) or self.conversations is None:
             return request
-        stored = await self.conversations.stored_response(request.scope + "/" + request.tenant.id, shown)
+        stored = await self.conversations.stored_response(request.owner + "/" + request.tenant.id, shown)
         return request if stored is None else request.with_body({**request.body, "previous_response_id": stored})
 
     def planned(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
