@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from conftest import keel_config, tenant, tool
-from fakes import FakeRanker
 
 from proxy.metrics import Metrics
+from proxy.testing import FakeRanker
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
 from proxy.tools.planner import ToolPlan, ToolPlanner
