@@ -217,11 +217,6 @@ class SelectConfig(_Model):
                               "for embeddings, gpt-4o-mini for llm)")
     api_key_env: str | None = Field(None, description="embeddings/llm backend: its key; default: the upstream key")
     shortlist: int = Field(5, ge=0, description="tools surfaced from the ranking")
-    low_confidence_below: float = Field(0.25, ge=0, le=1, description="widen when the top scores are this close")
-    low_confidence_extra: int = Field(3, ge=0, description="extra tools surfaced when confidence is low")
-    cut_at_drop: float = Field(0.2, ge=0, le=1, description="surface only the tools before the largest relative "
-                               "score drop in the shortlist when it is at least this (0: always the whole shortlist)")
-    needs_tool_threshold: float = Field(0.5, ge=0, le=1, description="below it only named tools surface")
     max_catalog_tools: int = Field(100, ge=1, description="option ceiling per LLM ranking request")
     timeout_ms: int = Field(250, ge=1, description="deadline for one judgment")
     learn: bool = Field(True, description="remember the words of turns whose tool the model found by search; "
@@ -235,8 +230,7 @@ class SearchConfig(_Model):
     listing: Literal["names", "auto", "groups"] = Field(
         "names", description="names: tool_search lists every deferred name (invariant 3); groups: only name "
         "families with counts; auto: names, folding the families that save most into counts until the listing "
-        "fits listing_chars (a folded tool is found by search, no longer named)")
-    listing_chars: int = Field(700, ge=0, description="auto listing: the most characters the name listing takes")
+        "fits about 200 tokens (a folded tool is found by search, no longer named)")
 
 
 class ToolsConfig(_Model):
@@ -468,8 +462,21 @@ def _with_endpoint(block: dict[str, Any], model: Any) -> dict[str, Any]:
     return {**block, **filled}
 
 
-# Keys that moved: where they went, said at load instead of pydantic's "extra inputs are not permitted".
+# Keys that moved or were removed: where they went, said at load (and by `keel check-config`) instead of
+# pydantic's "extra inputs are not permitted".
+_FITTED = ("was removed: it is a fitted constant now, tuned with the rankers, not a setting ({where}); "
+           "delete the key (select.shortlist is how many tools a tenant wants)")
 MOVED = {
+    ("tools", "select", "cut_at_drop"): "tools.select.cut_at_drop "
+    + _FITTED.format(where="CUT_AT_DROP in proxy/tools/planner.py"),
+    ("tools", "select", "low_confidence_below"): "tools.select.low_confidence_below "
+    + _FITTED.format(where="LOW_CONFIDENCE_BELOW in proxy/tools/planner.py"),
+    ("tools", "select", "low_confidence_extra"): "tools.select.low_confidence_extra "
+    + _FITTED.format(where="LOW_CONFIDENCE_EXTRA in proxy/tools/planner.py"),
+    ("tools", "select", "needs_tool_threshold"): "tools.select.needs_tool_threshold "
+    + _FITTED.format(where="NEEDS_TOOL_THRESHOLD in proxy/tools/planner.py"),
+    ("tools", "search", "listing_chars"): "tools.search.listing_chars was removed: it is a fixed budget now "
+    "(LISTING_CHARS in proxy/tools/search.py, about 200 tokens); delete the key",
     ("tools", "pricing"): "tools.pricing was replaced by the top-level `models:` table: prices per million tokens "
     "by model name (input, cached_input, cache_write, output), e.g. `models: {gpt-4o-mini: {input: 0.15, "
     "output: 0.6}}` (input_per_mtok is now input, output_per_mtok output); common OpenAI and Anthropic models are "

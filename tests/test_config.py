@@ -202,3 +202,23 @@ def test_renamed_pricing_key_is_explained(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump(data))
     out = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(bad)], capture_output=True, text=True)
     assert out.returncode == 2 and "models:" in out.stderr and "input_per_mtok is now input" in out.stderr
+
+
+@pytest.mark.parametrize("block, name, where", [
+    ("select", "cut_at_drop", "CUT_AT_DROP in proxy/tools/planner.py"),
+    ("select", "low_confidence_below", "LOW_CONFIDENCE_BELOW in proxy/tools/planner.py"),
+    ("select", "low_confidence_extra", "LOW_CONFIDENCE_EXTRA in proxy/tools/planner.py"),
+    ("select", "needs_tool_threshold", "NEEDS_TOOL_THRESHOLD in proxy/tools/planner.py"),
+    ("search", "listing_chars", "LISTING_CHARS in proxy/tools/search.py"),
+])
+def test_removed_fitted_keys_are_explained(tmp_path: Path, block: str, name: str, where: str) -> None:
+    """A tuned constant that was once a tenant key is refused with a message naming the constant
+    and where it lives, at load and by check-config."""
+    data = minimal()
+    data["tenants"][0]["tools"] = {"enabled": True, block: {name: 0.3}}  # type: ignore[index]
+    with pytest.raises(ConfigError, match=rf"tenants\.0\.tools\.{block}\.{name}: tools\.{block}\.{name} was removed"):
+        parse_config(data)
+    bad = tmp_path / "old.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    out = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2 and where in out.stderr and "delete the key" in out.stderr

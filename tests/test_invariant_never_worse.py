@@ -9,7 +9,6 @@ through Keel's `tool_search`; either way the client must end with a call of `arc
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -20,11 +19,11 @@ import httpx
 import openai
 import pytest
 from conftest import KEY, ServerThread, keel_config, small_catalog, tenant
-from fakes import FakeRanker, FaultyStore
 from recorder import Recorder
 
 from proxy.standin.script import hidden_call
 from proxy.stores.sqlite import SqliteStore
+from proxy.testing import FailingPlanner, FakeMemoryGate, FakeRanker, FaultyStore
 from proxy.turn import Turn
 
 WANTED = "archive_ticket"
@@ -70,23 +69,6 @@ def deferred_upstream(standin: ServerThread) -> bool:
     """Did the upstream's first call of the turn get a deferred tool block (the tool planner ran)?"""
     bodies = list(standin.app.state.standin.requests)
     return any("tool_search" in [t["function"]["name"] for t in b.get("tools", [])] for b in bodies)
-
-
-class FailingPlanner:
-    """A planner that raises, or that never finishes."""
-
-    name = "failing"
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-
-    def applies(self, request: Turn) -> bool:
-        return True
-
-    async def plan(self, request: Turn) -> Turn:
-        if self.mode == "hang":
-            await asyncio.sleep(30)
-        raise RuntimeError("planner bug")
 
 
 @pytest.fixture
@@ -198,14 +180,9 @@ def test_real_store_faults(standin: ServerThread, start_keel: Callable[..., Serv
 def test_failing_memory_gate(standin: ServerThread, start_keel: Callable[..., ServerThread], mode: str) -> None:
     """A memory gate that raises or overruns its deadline: the turn is answered and the memory
     model runs as usual (a missed memory would be the worse failure)."""
-    class BrokenGate:
-        async def judge(self, *args: Any) -> Any:
-            if mode == "hang":
-                await asyncio.sleep(30)
-            raise RuntimeError("gate down")
-
+    broken_gate = FakeMemoryGate(delay=30 if mode == "hang" else 0.0, error=RuntimeError("gate down"))
     memory = {"enabled": True, "gate": {"timeout_ms": 100}}
-    keel = start_keel(keel_config(tenant(standin.url + "/v1", memory=memory, **FEATURES)), memory_gate=BrokenGate())
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", memory=memory, **FEATURES)), memory_gate=broken_gate)
     assert called(keel, False, user="ana") == [WANTED]
     metrics = keel.app.state.keel.metrics.registry
     for _ in range(100):
@@ -297,13 +274,6 @@ def test_unreadable_answer_is_relayed_as_it_came(start_keel: Callable[..., Serve
     assert len(upstream.received) == 1
 
 
-class BrokenRanker:
-    """A ranker handed to the responder without its guard: a bug inside Keel's search answer."""
-
-    async def rank(self, *args: Any) -> Any:
-        raise RuntimeError("bug in the search answer")
-
-
 def tools_planner_answering_with(ranker: Any, conversations: Any) -> Callable[[list[Any]], Sequence[Any]]:
     """A tool planner whose responder searches with `ranker` as given (no guard around it)."""
     from proxy.metrics import Metrics
@@ -327,8 +297,9 @@ def test_responder_bug_falls_back(standin: ServerThread, start_keel: Callable[..
     from proxy.conversations import Conversations
 
     conversations = Conversations(SqliteStore(str(tmp_path / "c.db")), 60)
+    broken = FakeRanker(error=RuntimeError("bug in the search answer"))  # handed to the responder without its guard
     keel = start_keel(keel_config(tenant(standin.url + "/v1", **FEATURES)),
-                      planners=tools_planner_answering_with(BrokenRanker(), conversations))
+                      planners=tools_planner_answering_with(broken, conversations))
     if not stream:
         assert called(keel, False) == [WANTED]
         return

@@ -3,7 +3,6 @@ exception and by timeout), streamed and not, still ends the turn with the client
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,31 +11,15 @@ import anthropic
 import openai
 import pytest
 from conftest import KEY, ServerThread, keel_config, small_catalog, tenant
-from fakes import FakeRanker, FaultyStore
 
 from proxy.standin.script import hidden_call
 from proxy.stores.sqlite import SqliteStore
-from proxy.turn import Turn
+from proxy.testing import FailingPlanner, FakeRanker, FaultyStore
 
 WANTED = "archive_ticket"
 TEXT = "tidy up the queue " + hidden_call(WANTED, '{"id": "7"}')
 FEATURES: dict[str, Any] = {"tools": {"enabled": True, "select": {"timeout_ms": 100}}, "context": {"stable": True},
                             "cache": {"prompt_cache_key": "auto", "breakpoints": "auto"}}
-
-
-class Failing:
-    name = "failing"
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-
-    def applies(self, request: Turn) -> bool:
-        return True
-
-    async def plan(self, request: Turn) -> Turn:
-        if self.mode == "hang":
-            await asyncio.sleep(30)
-        raise RuntimeError("planner bug")
 
 
 def called(keel: ServerThread, shape: str, stream: bool) -> list[str]:
@@ -81,7 +64,7 @@ MODES = pytest.mark.parametrize("mode", ["raise", "hang"])
 def test_failing_planner(standin: ServerThread, start_keel: Callable[..., ServerThread], shape: str, stream: bool,
                          mode: str) -> None:
     def with_failing(defaults: list[Any]) -> Sequence[Any]:
-        return [Failing(mode), *defaults]
+        return [FailingPlanner(mode), *defaults]
 
     keel = start_keel(keel_config(tenant(standin.url + "/v1", **FEATURES)), planners=with_failing, stage_deadline=0.3)
     assert called(keel, shape, stream) == [WANTED]

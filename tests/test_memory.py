@@ -16,6 +16,7 @@ from conftest import KEY, KEY_DIGEST, ServerThread, eventually, keel_config, ten
 
 from proxy.config import parse_config
 from proxy.memory.gate import LexicalMemoryGate
+from proxy.testing import FakeMemoryGate
 
 ADMIN = "sk-admin"
 ADMIN_DIGEST = __import__("hashlib").sha256(ADMIN.encode()).hexdigest()
@@ -153,12 +154,8 @@ def test_regeneration_is_not_judged_again(standin: ServerThread, start_keel: Cal
 
 def test_gate_failure_runs_the_memory_model(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     """A gate that fails (here: times out) resolves to running the memory model as usual."""
-    class SlowGate:
-        async def judge(self, *args: Any) -> Any:
-            await asyncio.sleep(0.2)
-            raise AssertionError("never reached in time")
-
-    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate={"timeout_ms": 1})), memory_gate=SlowGate())
+    slow_gate = FakeMemoryGate(delay=0.2, error=AssertionError("never reached in time"))
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate={"timeout_ms": 1})), memory_gate=slow_gate)
     httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "di"},
                json={"model": "m", "messages": [{"role": "user", "content": "thanks"}]})
     assert wait_for(lambda: memory_calls(standin) == 1)
@@ -280,12 +277,9 @@ def test_gate_errors_run_the_memory_model(standin: ServerThread, start_keel: Cal
                                           failure: str) -> None:
     """A gate that errors or answers neither yes nor no resolves to running the memory model."""
     gate: dict[str, Any] = {"backend": "llm"} if failure == "unparseable" else {}
-    class BrokenGate:
-        async def judge(self, *args: Any) -> Any:
-            raise RuntimeError("gate backend down")
-
+    broken_gate = FakeMemoryGate(error=RuntimeError("gate backend down"))
     keel = start_keel(keel_config(memory_tenant(standin.url + "/v1", gate=gate)),
-                      memory_gate=BrokenGate() if failure == "error" else None)
+                      memory_gate=broken_gate if failure == "error" else None)
     text = "thanks [[judge garbage]]" if failure == "unparseable" else "thanks"
     httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": "gi"},
                json={"model": "m", "messages": [{"role": "user", "content": text}]})

@@ -14,6 +14,7 @@ import pytest
 from conftest import KEY, ServerThread, keel_config, real_catalog, tenant
 
 from proxy.standin.script import hidden_call
+from proxy.tools import planner as tool_planner
 
 AUTH = {"authorization": f"Bearer {KEY}"}
 
@@ -86,11 +87,12 @@ def test_targeted_prompt_ships_few_tools(keel_tools: ServerThread, standin: Serv
 
 @pytest.mark.parametrize("cut_at_drop, most", [(0.2, 8), (0.0, 11)])
 def test_standing_out_tools_ship_alone(standin: ServerThread, start_keel: Callable[..., ServerThread],
-                                       cut_at_drop: float, most: int) -> None:
+                                       cut_at_drop: float, most: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A two-step prompt ships each step's tool; the cut at a score drop keeps the rest to the
     few that stand out (at least MIN_SHIPPED of the whole ask, a few per step), cut off, the
     shortlist and each step's three."""
-    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1", select={"cut_at_drop": cut_at_drop})))
+    monkeypatch.setattr(tool_planner, "CUT_AT_DROP", cut_at_drop)
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1")))
     sdk(keel).chat.completions.create(model="m", tools=catalog(), messages=[{  # type: ignore[arg-type]
         "role": "user", "content": "Create a new branch called feature-login in the acme/web repo and open a pull "
                                    "request for it"}])
@@ -99,9 +101,9 @@ def test_standing_out_tools_ship_alone(standin: ServerThread, start_keel: Callab
 
 
 def test_auto_listing_stays_within_budget(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
-    """search.listing auto: a 208-tool catalog's listing fits listing_chars; each deferred tool is
+    """search.listing auto: a 208-tool catalog's listing fits LISTING_CHARS (700); each deferred tool is
     named or counted in a folded family, and tool_search by exact name still loads a folded one."""
-    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1", search={"listing": "auto", "listing_chars": 700})))
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1", search={"listing": "auto"})))
     tools = catalog()
     r = sdk(keel).chat.completions.with_raw_response.create(model="m", tools=tools, messages=[  # type: ignore[arg-type]
         {"role": "user", "content": "thanks, that was really helpful"}])

@@ -34,6 +34,16 @@ from proxy.turn import Turn
 
 log = logging.getLogger("keel.tools")
 
+# How the ranking becomes a shipped set. Tuned together with the rankers' scores and the
+# needs-tool gate's weights (`tools/gate.py`), not per deployment: a tenant sets how many tools
+# it wants (`select.shortlist`), these say how sure the ranking must be. `bench/tools.py`
+# measures what they cut; they were config keys once (`config.py` MOVED explains that to a
+# config that still sets one). Read at call time, so a test may patch them.
+NEEDS_TOOL_THRESHOLD = 0.5  # P(the turn needs a tool) below this: only pinned and recalled tools ship
+LOW_CONFIDENCE_BELOW = 0.25  # a ranking whose confidence (1 - score[shortlist]/score[0]) is below this, or
+LOW_CONFIDENCE_EXTRA = 3  # unmeasurable, ships this many more tools than the shortlist
+CUT_AT_DROP = 0.2  # ship only the tools before the largest relative score drop when it is at least this (0: off)
+
 
 @dataclass(frozen=True)
 class ToolPlan:
@@ -142,7 +152,7 @@ class ToolPlanner:
             return None
         search = request.tenant.tools.search
         block = [catalog.entries[catalog.by_name[n]].tool for n in surfaced]
-        block.append(search_tool(tuple(deferred), search.listing, search.listing_chars))
+        block.append(search_tool(tuple(deferred), search.listing))
         if policy.dispatch:
             block.append(call_tool())
         return Choice(surfaced, deferred, block, outcome)
@@ -195,17 +205,17 @@ class ToolPlanner:
         if ranking is not None and self.learned is not None and select.learn:
             recall = await self.learned.recall(request.tenant.id, catalog, query, candidates)
             recalled = recall.tools
-            if recall.alike and ranking.needs_tool < select.needs_tool_threshold:
-                ranking = replace(ranking, needs_tool=select.needs_tool_threshold)
+            if recall.alike and ranking.needs_tool < NEEDS_TOOL_THRESHOLD:
+                ranking = replace(ranking, needs_tool=NEEDS_TOOL_THRESHOLD)
         selected: list[str] = []
         if ranking is not None:
-            withheld = ranking.needs_tool < select.needs_tool_threshold
+            withheld = ranking.needs_tool < NEEDS_TOOL_THRESHOLD
             self.metrics.tool_gate.labels(request.tenant.id, "withheld" if withheld else "shipped").inc()
-        if ranking is not None and ranking.needs_tool >= select.needs_tool_threshold:
+        if ranking is not None and ranking.needs_tool >= NEEDS_TOOL_THRESHOLD:
             width = select.shortlist
-            if ranking.confidence is None or ranking.confidence < select.low_confidence_below:
-                width += select.low_confidence_extra
-            width = standing_out(ranking.scores, width, select.cut_at_drop)
+            if ranking.confidence is None or ranking.confidence < LOW_CONFIDENCE_BELOW:
+                width += LOW_CONFIDENCE_EXTRA
+            width = standing_out(ranking.scores, width, CUT_AT_DROP)
             selected = [catalog.entries[i].name for i in ranking.order[:width]]
             selected += [catalog.entries[i].name for i in recalled if catalog.entries[i].name not in selected]
             steps = clauses(query)
@@ -226,7 +236,7 @@ class ToolPlanner:
             ranking, _ = await self._rank(request, catalog, step, candidates)
             if ranking is None:
                 continue
-            width = standing_out(ranking.scores, 3, request.tenant.tools.select.cut_at_drop)
+            width = standing_out(ranking.scores, 3, CUT_AT_DROP)
             added += [n for n in (catalog.entries[i].name for i in ranking.order[:width])
                       if n not in selected and n not in added]
         return added

@@ -17,6 +17,10 @@ from proxy.tools.ranking import Ranker
 
 SEARCH_TOOL = "tool_search"
 CALL_TOOL = "call_tool"
+# `search.listing: auto`: the most characters the name listing takes (about 200 tokens of o200k_base):
+# a small catalog is still named in full, a 208-tool one folds its largest families into counts.
+# Once a config key (`tools.search.listing_chars`); `config.py` MOVED explains that to a config that sets it.
+LISTING_CHARS = 700
 
 
 def call_tool() -> dict[str, Any]:
@@ -71,7 +75,7 @@ def _family(head: str, rests: list[str], folded: bool) -> str:
     return f"{head}, {family}" if "" in rests else family
 
 
-def listing(names: Sequence[str], mode: str = "names", max_chars: int = 700) -> str:
+def listing(names: Sequence[str], mode: str = "names", max_chars: int = LISTING_CHARS) -> str:
     """Every deferred name, compactly: grouped by server prefix (`github__`) and first word
     (`create_{branch,issue}`). `groups` folds every family to `create_* (2)`; `auto` folds the
     families that save the most characters first, until the listing fits `max_chars`, so a
@@ -100,7 +104,7 @@ def listing(names: Sequence[str], mode: str = "names", max_chars: int = 700) -> 
 
 
 @lru_cache(maxsize=512)
-def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int = 700) -> dict[str, Any]:
+def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int = LISTING_CHARS) -> dict[str, Any]:
     """The tool definition; its description lists every deferred tool so each is one search away.
     Cached: a conversation's turns usually defer the same tools."""
     listed = listing(deferred, mode, max_chars)

@@ -1,0 +1,282 @@
+"""Test doubles for every seam `create_app` takes, for your own tests (and Keel's).
+
+Plain classes, no patching: pass them in and read what they saw.
+
+    FakeRanker        ranker=       the named tools first, fixed scores, needs-tool and confidence
+    FakeMemoryGate    memory_gate=  a fixed probability (or a delay, or an error)
+    FaultyStore       store=        a real store that fails or hangs on demand (mode "ok", "raise", "hang")
+    FailingPlanner    planners=     a stage that raises or never finishes
+    RecordingUpstream upstream=     the real upstream client, keeping every request it sent
+
+    keel = create_app(config, ranker=FakeRanker(best=["send_email"]), memory_gate=FakeMemoryGate(0.0))
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NoReturn, Protocol
+
+from proxy.memory.gate import GateResult
+from proxy.stores import Store, StoreError
+from proxy.stores.queue import DeadJob, Job, JobQueue
+from proxy.tools.catalog import Catalog
+from proxy.tools.ranking import Ranking
+from proxy.turn import Turn
+from proxy.upstream import Upstream, UpstreamResponse
+
+Fault = Literal["ok", "raise", "hang"]
+HANG_SECONDS = 3600.0  # "never": far beyond any budget or deadline Keel gives a call
+
+
+@dataclass
+class FakeRanker:
+    """Ranks the named tools first, in the given order, with fixed needs-tool and confidence.
+
+    `scores` default to 10, 9, 8, …; `delay` and `error` stand for a slow or broken backend
+    (Keel falls back to its lexical ranking at `select.timeout_ms`). `calls` counts rankings."""
+
+    best: Sequence[str] = ()
+    needs_tool: float = 1.0
+    confidence: float | None = 1.0
+    delay: float = 0.0
+    error: Exception | None = None
+    scores: Sequence[float] = ()
+    calls: int = 0
+
+    async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error:
+            raise self.error
+        allowed = set(candidates)
+        order = tuple(catalog.by_name[n] for n in self.best if n in catalog.by_name and catalog.by_name[n] in allowed)
+        scores = tuple(self.scores[: len(order)]) if self.scores else tuple(10.0 - i for i in range(len(order)))
+        return Ranking(order, scores, self.needs_tool, self.confidence)
+
+
+@dataclass
+class FakeMemoryGate:
+    """Judges every message with a fixed probability of asking to remember something.
+
+    Below the tenant's `memory.gate.threshold` the memory model does not run; a `delay` past
+    `gate.timeout_ms`, or an `error`, is a failed gate (the memory model runs as usual).
+    `judged` keeps the texts it was asked about."""
+
+    probability: float = 1.0
+    category: str | None = None
+    updates: bool = False
+    delay: float = 0.0
+    error: Exception | None = None
+    judged: list[str] = field(default_factory=list)
+
+    async def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+                    memory: dict[str, str]) -> GateResult:
+        self.judged.append(text)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error:
+            raise self.error
+        return GateResult(self.probability, self.category, self.updates)
+
+
+class QueueStore(Store, Protocol):
+    """A store with its durable job queue (what `create_app` needs for memory jobs)."""
+
+    def job_queue(self) -> JobQueue: ...
+
+
+class FaultyStore:
+    """A real store behind a switch: `mode` "ok" passes every call through, "raise" makes each
+    one raise `StoreError` and "hang" makes it never return (a hung Redis); `ping` answers
+    False instead. Change `mode` at any time. `calls` counts the calls that failed; the job
+    queue (`job_queue()`) follows the same switch and counts its own."""
+
+    def __init__(self, inner: QueueStore, mode: Fault = "raise") -> None:
+        self.inner = inner
+        self.mode: Fault = mode
+        self.calls = 0
+
+    async def fail(self, name: str) -> NoReturn:
+        self.calls += 1
+        if self.mode == "hang":
+            await asyncio.sleep(HANG_SECONDS)
+        raise StoreError(f"{name}: injected fault")
+
+    async def get(self, key: str) -> bytes | None:
+        if self.mode != "ok":
+            await self.fail("get")
+        return await self.inner.get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if self.mode != "ok":
+            await self.fail("get_many")
+        return await self.inner.get_many(keys)
+
+    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        if self.mode != "ok":
+            await self.fail("set")
+        await self.inner.set(key, value, ttl)
+
+    async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
+        if self.mode != "ok":
+            await self.fail("set_if_absent")
+        return await self.inner.set_if_absent(key, value, ttl)
+
+    async def delete(self, key: str) -> None:
+        if self.mode != "ok":
+            await self.fail("delete")
+        await self.inner.delete(key)
+
+    async def append(self, key: str, value: bytes, ttl: float | None = None) -> int:
+        if self.mode != "ok":
+            await self.fail("append")
+        return await self.inner.append(key, value, ttl)
+
+    async def get_list(self, key: str) -> list[bytes]:
+        if self.mode != "ok":
+            await self.fail("get_list")
+        return await self.inner.get_list(key)
+
+    async def hset(self, key: str, field: str, value: bytes) -> None:
+        if self.mode != "ok":
+            await self.fail("hset")
+        await self.inner.hset(key, field, value)
+
+    async def hget(self, key: str, field: str) -> bytes | None:
+        if self.mode != "ok":
+            await self.fail("hget")
+        return await self.inner.hget(key, field)
+
+    async def hgetall(self, key: str) -> dict[str, bytes]:
+        if self.mode != "ok":
+            await self.fail("hgetall")
+        return await self.inner.hgetall(key)
+
+    async def hdel(self, key: str, field: str) -> bool:
+        if self.mode != "ok":
+            await self.fail("hdel")
+        return await self.inner.hdel(key, field)
+
+    async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
+        if self.mode != "ok":
+            await self.fail("incr")
+        await self.inner.incr(key, deltas, ttl)
+
+    async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
+        if self.mode != "ok":
+            await self.fail("counters")
+        return await self.inner.counters(keys)
+
+    async def ping(self) -> bool:
+        if self.mode == "ok":
+            return await self.inner.ping()
+        self.calls += 1
+        if self.mode == "hang":
+            await asyncio.sleep(HANG_SECONDS)
+        return False
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def job_queue(self) -> FaultyQueue:
+        return FaultyQueue(self.inner.job_queue(), self)
+
+
+class FaultyQueue:
+    """A store's job queue behind its `FaultyStore`'s switch (with a `calls` count of its own)."""
+
+    def __init__(self, inner: JobQueue, switch: FaultyStore) -> None:
+        self.inner = inner
+        self.switch = switch
+        self.calls = 0
+
+    async def _check(self, name: str) -> None:
+        if self.switch.mode == "ok":
+            return
+        self.calls += 1
+        if self.switch.mode == "hang":
+            await asyncio.sleep(HANG_SECONDS)
+        raise StoreError(f"{name}: injected fault")
+
+    async def push(self, queue: str, job_id: str, payload: bytes) -> None:
+        await self._check("push")
+        await self.inner.push(queue, job_id, payload)
+
+    async def claim(self, owner: str, lease: float) -> Job | None:
+        await self._check("claim")
+        return await self.inner.claim(owner, lease)
+
+    async def renew(self, job: Job, owner: str, lease: float) -> bool:
+        await self._check("renew")
+        return await self.inner.renew(job, owner, lease)
+
+    async def save(self, job: Job, owner: str, payload: bytes) -> bool:
+        await self._check("save")
+        return await self.inner.save(job, owner, payload)
+
+    async def complete(self, job: Job, owner: str) -> bool:
+        await self._check("complete")
+        return await self.inner.complete(job, owner)
+
+    async def retry(self, job: Job, owner: str, delay: float, reason: str) -> bool:
+        await self._check("retry")
+        return await self.inner.retry(job, owner, delay, reason)
+
+    async def bury(self, job: Job, owner: str, reason: str) -> bool:
+        await self._check("bury")
+        return await self.inner.bury(job, owner, reason)
+
+    async def dead(self, queue_prefix: str = "", limit: int = 100) -> list[DeadJob]:
+        await self._check("dead")
+        return await self.inner.dead(queue_prefix, limit)
+
+    async def pending(self) -> int:
+        await self._check("pending")
+        return await self.inner.pending()
+
+
+class FailingPlanner:
+    """A planner that raises ("raise") or never finishes ("hang"): Keel logs it as `stage_failed`,
+    counts it under its `name` and sends the turn on as it was."""
+
+    def __init__(self, mode: Literal["raise", "hang"] = "raise", name: str = "failing") -> None:
+        self.mode = mode
+        self.name = name
+
+    def applies(self, request: Turn) -> bool:
+        return True
+
+    async def plan(self, request: Turn) -> Turn:
+        if self.mode == "hang":
+            await asyncio.sleep(HANG_SECONDS)
+        raise RuntimeError("planner bug")
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """One request Keel sent upstream, as it went: the body is the exact bytes."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    content: bytes | None
+
+
+class RecordingUpstream:
+    """An `Upstream` that passes every request to `inner` (a real client, e.g.
+    `proxy.defaults.create_upstream(config.server)`) and keeps it in `sent`, in order."""
+
+    def __init__(self, inner: Upstream) -> None:
+        self.inner = inner
+        self.sent: list[SentRequest] = []
+
+    async def open(self, method: str, url: str, headers: Mapping[str, str],
+                   content: bytes | None) -> UpstreamResponse:
+        self.sent.append(SentRequest(method, url, dict(headers), content))
+        return await self.inner.open(method, url, headers, content)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

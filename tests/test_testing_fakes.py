@@ -1,0 +1,75 @@
+"""The fakes `proxy.testing` ships, used as a user's own tests would: passed to `create_app`,
+driven over HTTP in front of the stand-in, their choices read off what the upstream received."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from conftest import KEY, ServerThread, eventually, keel_config, tenant, tool
+
+from proxy.defaults import create_upstream
+from proxy.stores.sqlite import SqliteStore
+from proxy.testing import FakeMemoryGate, FakeRanker, FaultyStore, RecordingUpstream
+
+NAMES = ["get_weather", "create_branch", "create_issue", "list_issues", "search_code", "send_email", "read_file",
+         "write_file", "delete_file", "fetch", "convert_time", "maps_geocode"]
+PARAMS = {f"p{i}": "string" for i in range(12)}  # every schema well over defer.schema_chars
+FEATURES: dict[str, Any] = {"tools": {"enabled": True},
+                            "memory": {"enabled": True, "gate": {"audit_rate": 0.0}}}
+
+
+def ask(keel: ServerThread, user: str) -> httpx.Response:
+    tools = [tool(n, f"Does {n.replace('_', ' ')}.", **PARAMS) for n in NAMES]
+    return httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}", "x-keel-user": user},
+                      json={"model": "m", "tools": tools, "messages": [{"role": "user", "content": "tell the customer"}]})
+
+
+def shipped(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+def memory_runs(standin: ServerThread) -> int:
+    return sum(1 for r in standin.app.state.standin.requests if "set_memory" in shipped(r))
+
+
+def test_fake_ranker_and_gate_decide_what_the_upstream_gets(standin: ServerThread,
+                                                            start_keel: Callable[..., ServerThread]) -> None:
+    """The ranker's pick is the one tool shipped beside tool_search; a gate at 0 keeps the memory
+    model from running, a gate at 1 runs it."""
+    config = keel_config(tenant(standin.url + "/v1", **FEATURES))
+    skip = FakeMemoryGate(probability=0.0)
+    keel = start_keel(config, ranker=FakeRanker(best=["send_email"]), memory_gate=skip)
+    assert ask(keel, "ana").status_code == 200
+    assert shipped(standin.app.state.standin.requests[-1]) == ["send_email", "tool_search"]
+    assert eventually(lambda: skip.judged == ["tell the customer"])
+    threading.Event().wait(0.2)
+    assert memory_runs(standin) == 0
+
+    run = FakeMemoryGate(probability=1.0)
+    keel = start_keel(config, ranker=FakeRanker(best=["fetch", "read_file"]), memory_gate=run)
+    assert ask(keel, "bo").status_code == 200
+    assert shipped(standin.app.state.standin.requests[-1]) == ["fetch", "read_file", "tool_search"]
+    assert eventually(lambda: memory_runs(standin) == 1)
+    assert run.judged == ["tell the customer"]
+
+
+def test_faulty_store_on_demand_and_recording_upstream(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                       tmp_path: Path) -> None:
+    """A store switched to failing sends the client's own body upstream; switched back, Keel plans
+    again. The recording upstream holds the exact bytes each time."""
+    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True}))
+    store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), mode="raise")
+    upstream = RecordingUpstream(create_upstream(config.server))
+    keel = start_keel(config, store=store, upstream=upstream, ranker=FakeRanker(best=["send_email"]))
+    assert ask(keel, "ana").status_code == 200
+    assert len(shipped(orjson.loads(upstream.sent[-1].content or b""))) == len(NAMES)  # as the client sent it
+    assert store.calls == 1
+    store.mode = "ok"
+    assert ask(keel, "ana").status_code == 200
+    assert shipped(orjson.loads(upstream.sent[-1].content or b"")) == ["send_email", "tool_search"]
+    assert upstream.sent[-1].url == standin.url + "/v1/chat/completions"
