@@ -162,6 +162,9 @@ class CatalogCache:
         self._token_counts: dict[bytes, int] = {}
         self._lock = threading.Lock()  # token counting
         self._catalogs_lock = threading.Lock()
+        # the tools arrays last seen, by identity: a resent array parsed once (`jsontext.Resent`) is
+        # the same list object, so its key costs no re-serializing (the list is held: ids stay its)
+        self._seen: OrderedDict[int, tuple[Sequence[dict[str, Any]], str]] = OrderedDict()
 
     async def get_async(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
         if len(tools) > self.OFF_LOOP_TOOLS:
@@ -171,9 +174,7 @@ class CatalogCache:
     def get(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
         """The catalog of this tools array; None when it is not a list of function tools (checked
         once per distinct array: a cached catalog was valid when it was built)."""
-        # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
-        # several times faster than sha256 (re-serializing the array costs more than hashing it).
-        key = blake3(jsontext.dumps(tools)).hexdigest()
+        key = self._key(tools)
         with self._catalogs_lock:
             found = self._catalogs.get(key)
             if found is not None:
@@ -196,6 +197,21 @@ class CatalogCache:
                 self._hold(dropped, -1)
         threading.Thread(target=self._count_tokens, args=(catalog,), daemon=True).start()
         return catalog
+
+    def _key(self, tools: Sequence[dict[str, Any]]) -> str:
+        with self._catalogs_lock:
+            seen = self._seen.get(id(tools))
+            if seen is not None and seen[0] is tools:
+                self._seen.move_to_end(id(tools))
+                return seen[1]
+        # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
+        # several times faster than sha256 (re-serializing the array costs more than hashing it).
+        key = blake3(jsontext.dumps(tools)).hexdigest()
+        with self._catalogs_lock:
+            self._seen[id(tools)] = (tools, key)
+            while len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+        return key
 
     def _hold(self, catalog: Catalog, change: int) -> None:
         for entry in {e.digest: e for e in catalog.entries}.values():
