@@ -136,12 +136,12 @@ class ToolPlanner:
             if not self._cheaper(request, catalog, messages, frozen, rendered):
                 return self._segment(request, catalog, messages, pinned, frozen)
             frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
-            await self.store.set(self._frozen_key(request), jsontext.dumps(frozen), self.ttl)
+            await self.store.set(self._frozen_key(request), await self._stored(request, catalog, frozen), self.ttl)
             planned = self._planned(request, catalog, messages, rendered, surfaced, deferred, outcome)
             return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
         if cfg.stability != "per_turn" and request.location is not None:
             frozen = {"catalog": catalog.key, "block": rendered, "surfaced": surfaced, "deferred": deferred}
-            stored = await self._freeze(request, frozen)
+            stored = await self._freeze(request, catalog, frozen)
             if stored is not frozen:  # another replica froze this segment first: use its block
                 return self._segment(request, catalog, messages, pinned, stored)
             # the turn record marks this turn as the segment's start, so the next turn finds the block
@@ -233,14 +233,50 @@ class ToolPlanner:
         if request.location is None or (request.location.kind is TurnKind.NEW and not request.location.records):
             return None
         raw = await self.store.get(self._frozen_key(request))
-        frozen = jsontext.loads(raw) if raw else None
-        return frozen if frozen and frozen.get("catalog") == catalog.key else None
+        return await self._read_frozen(request, catalog, raw) if raw else None
 
-    async def _freeze(self, request: Turn, frozen: dict[str, Any]) -> dict[str, Any]:
-        if await self.store.set_if_absent(self._frozen_key(request), jsontext.dumps(frozen), self.ttl):
+    async def _freeze(self, request: Turn, catalog: Catalog, frozen: dict[str, Any]) -> dict[str, Any]:
+        stored = await self._stored(request, catalog, frozen)
+        if await self.store.set_if_absent(self._frozen_key(request), stored, self.ttl):
             return frozen
         raw = await self.store.get(self._frozen_key(request))
-        return jsontext.loads(raw) if raw else frozen
+        found = await self._read_frozen(request, catalog, raw) if raw else None
+        if found is None:  # another catalog's block, or one whose content is gone: this one replaces it
+            await self.store.set(self._frozen_key(request), stored, self.ttl)
+        return found or frozen
+
+    # A frozen block is stored small: the surfaced tools by name (the catalog, which must be the
+    # same for the block to be used, holds them as the client sent them), the deferred ones as the
+    # rest of the catalog, and Keel's own tools (tool_search's listing is most of the bytes) in
+    # `Blobs`, shared by every conversation that froze the same block.
+
+    async def _stored(self, request: Turn, catalog: Catalog, frozen: dict[str, Any]) -> bytes:
+        surfaced, block = list(frozen["surfaced"]), frozen["block"]
+        blobs = self.conversations.blobs if self.conversations is not None else None
+        own = [t.get("function", {}).get("name") for t in block[: len(surfaced)]] == surfaced and all(
+            block[i] is catalog.entries[catalog.by_name[n]].tool for i, n in enumerate(surfaced) if n in catalog.by_name)
+        rest = sorted(n for n in catalog.by_name if n not in set(surfaced))
+        if blobs is None or not own or list(frozen["deferred"]) != rest:
+            return jsontext.dumps(frozen)
+        keel = block[len(surfaced):]
+        ref = await blobs.put(request.content_scope, jsontext.dumps(keel), keel)
+        return jsontext.dumps({"catalog": frozen["catalog"], "surfaced": surfaced, "keel": ref})
+
+    async def _read_frozen(self, request: Turn, catalog: Catalog, raw: bytes) -> dict[str, Any] | None:
+        frozen = jsontext.loads(raw)
+        if not isinstance(frozen, dict) or frozen.get("catalog") != catalog.key:
+            return None
+        if "keel" not in frozen:
+            return frozen
+        if self.conversations is None or any(n not in catalog.by_name for n in frozen["surfaced"]):
+            return None
+        keel = await self.conversations.blobs.load(request.content_scope, frozen["keel"], jsontext.loads)
+        if keel is None:  # its content is gone: the segment chooses a block afresh (one cache miss)
+            return None
+        surfaced = frozen["surfaced"]
+        block = [*(catalog.entries[catalog.by_name[n]].tool for n in surfaced), *keel]
+        deferred = sorted(n for n in catalog.by_name if n not in set(surfaced))
+        return {"catalog": catalog.key, "block": block, "surfaced": surfaced, "deferred": deferred}
 
     def _segment(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
                  frozen: dict[str, Any]) -> Turn:
