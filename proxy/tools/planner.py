@@ -255,7 +255,8 @@ class ToolPlanner:
         blobs = self.conversations.blobs if self.conversations is not None else None
         own = [t.get("function", {}).get("name") for t in block[: len(surfaced)]] == surfaced and all(
             block[i] is catalog.entries[catalog.by_name[n]].tool for i, n in enumerate(surfaced) if n in catalog.by_name)
-        rest = sorted(n for n in catalog.by_name if n not in set(surfaced))
+        shown = set(surfaced)
+        rest = sorted(n for n in catalog.by_name if n not in shown)
         if blobs is None or not own or list(frozen["deferred"]) != rest:
             return jsontext.dumps(frozen)
         keel = block[len(surfaced):]
@@ -275,7 +276,8 @@ class ToolPlanner:
             return None
         surfaced = frozen["surfaced"]
         block = [*(catalog.entries[catalog.by_name[n]].tool for n in surfaced), *keel]
-        deferred = sorted(n for n in catalog.by_name if n not in set(surfaced))
+        shown = set(surfaced)
+        deferred = sorted(n for n in catalog.by_name if n not in shown)
         return {"catalog": catalog.key, "block": block, "surfaced": surfaced, "deferred": deferred}
 
     def _segment(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]], pinned: set[str],
