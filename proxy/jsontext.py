@@ -116,6 +116,8 @@ def dumps(value: Any) -> bytes:
 
 def canonical(value: Any) -> bytes:
     """Stable bytes for hashing: sorted keys, no whitespace, null-valued keys dropped."""
+    if type(value) is dict and all(type(v) is str for v in value.values()):  # a plain message: nothing to drop
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     return orjson.dumps(_drop_nulls(value), default=_fragment,
                         option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
