@@ -34,10 +34,19 @@ class ToolEntry:
     chars: int  # the schema's length as JSON
     terms: dict[str, float] = field(repr=False, compare=False)  # BM25 term frequencies
 
-    def brief(self) -> dict[str, Any]:
-        """Name, description and parameters: how a search answer or a tools update shows the tool."""
+    def schema(self) -> dict[str, Any]:
+        """Name, description and parameters: how a tools update, or a search answer that expects the
+        model to call the tool, shows it."""
         return {"name": self.name, "description": self.description,
                 "parameters": self.tool.get("function", {}).get("parameters", {})}
+
+    def brief(self) -> dict[str, Any]:
+        """Name, description and the names of its required parameters: how a search answer shows a
+        tool the model may want, without the parameters' schema (a search by its name shows it)."""
+        params = self.tool.get("function", {}).get("parameters")
+        required = params.get("required") if isinstance(params, dict) else None
+        names = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+        return {"name": self.name, "description": self.description, "required": names}
 
 
 @dataclass

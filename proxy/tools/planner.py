@@ -40,10 +40,11 @@ class ToolPlan:
     offered: int
     outcome: str  # ranked | ranking_fallback (lexical, the backend failed) | no_tool_needed | not_ranked | segment
     dispatch: bool = False  # later tools are called through call_tool; the block never changes
+    shown: frozenset[str] = frozenset()  # outside the block, tools whose schema the model has seen this segment
 
 
 def tools_update(entries: Sequence[ToolEntry]) -> str:
-    schemas = [e.brief() for e in entries]
+    schemas = [e.schema() for e in entries]
     return ("<tools_update>\nThese tools are not in your tool list; call them through call_tool with their name "
             "and arguments:\n" + jsontext.dumps(schemas).decode() + "\n</tools_update>")
 
@@ -161,9 +162,12 @@ class ToolPlanner:
 
     def _planned(self, request: Turn, catalog: Catalog, messages: list[dict[str, Any]],
                  rendered: list[dict[str, Any]], surfaced: Sequence[str], deferred: Sequence[str],
-                 outcome: str) -> Turn:
+                 outcome: str, announced: Sequence[str] = ()) -> Turn:
+        """`announced`: tools outside the block whose schemas the model has read in a tools update."""
+        records = request.location.records if request.location else ()
+        shown = frozenset(found_tools(records)) | frozenset(announced)
         plan = ToolPlan(catalog, tuple(surfaced), tuple(deferred), len(catalog.entries), outcome,
-                        dispatching(request))
+                        dispatching(request), shown)
         body = {**request.body, "tools": rendered, "messages": messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(surfaced)}/{len(catalog.entries)}"})
@@ -309,7 +313,9 @@ class ToolPlanner:
         updates = {r.chain_hash: r.tools_update for r in request.location.records if r.tools_update}
         fields: dict[str, Any] = {}
         if request.location.kind is not TurnKind.REGENERATED and newest is not None:
-            text = tools_update(catalog.entries_for(new)) if new else None
+            seen = set(found_tools(request.location.records))  # a search answer showed them: in the history already
+            announce = [n for n in new if n not in seen]
+            text = tools_update(catalog.entries_for(announce)) if announce else None
             if text:
                 updates[newest.hash] = text
             fields = {"tool_block": [*announced, *new], "tools_update": text}
@@ -317,7 +323,8 @@ class ToolPlanner:
         surfaced = list(frozen["surfaced"])
         deferred = [n for n in frozen["deferred"] if n not in set(announced) | set(new)]
         self._count(request, catalog, surfaced, deferred)
-        planned = self._planned(request, catalog, rendered_messages, frozen["block"], surfaced, deferred, "segment")
+        planned = self._planned(request, catalog, rendered_messages, frozen["block"], surfaced, deferred, "segment",
+                                [*announced, *new])
         return planned.with_record(**fields)
 
     @staticmethod
