@@ -17,6 +17,8 @@ tools and reasoning items, Messages' server tools and thinking blocks) ride alon
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -62,6 +64,31 @@ class Origins:
         self.origin[id(mine)] = theirs
         self.keep.append(mine)
         return mine
+
+
+class ToolViews:
+    """The view of a tools array, made once per array object: a tools array a client resends byte
+    for byte is the same object each time (`jsontext.Resent`), so its view is too (and the
+    catalog knows it by identity). Held arrays keep their ids; at most `size` of them."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._size = size
+        self._views: OrderedDict[int, tuple[list[Any], list[Any], dict[int, Any]]] = OrderedDict()
+
+    def view(self, tools: list[Any], convert: Callable[[Any], Any | None], take: Origins) -> list[Any]:
+        """`convert(tool)` for each tool it takes (None: left out), each pair remembered in `take`."""
+        found = self._views.get(id(tools))
+        if found is None or found[0] is not tools:
+            pairs = [(view, tool) for tool in tools if (view := convert(tool)) is not None]
+            found = (tools, [view for view, _ in pairs], {id(view): tool for view, tool in pairs})
+            self._views[id(tools)] = found
+            while len(self._views) > self._size:
+                self._views.popitem(last=False)
+        else:
+            self._views.move_to_end(id(tools))
+        take.origin.update(found[2])
+        take.keep.extend(found[1])
+        return found[1]
 
 
 def strip_keel(value: Any) -> Any:

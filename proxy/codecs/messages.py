@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from proxy import jsontext
-from proxy.codecs import KEEL, Origins, View, strip_keel
+from proxy.codecs import KEEL, Origins, ToolViews, View, strip_keel
 from proxy.messages import message_text
 
 
@@ -95,6 +95,9 @@ class MessagesCodec:
     shape = "messages"
     stream_end = re.compile(rb"(?:^|[\r\n])event: ?message_stop\b|\"type\": ?\"message_stop\"")
 
+    def __init__(self) -> None:
+        self._tools = ToolViews()
+
     def view(self, wire: dict[str, Any]) -> View:
         given = wire.get("messages")
         if not isinstance(given, list) or not all(isinstance(m, dict) for m in given):
@@ -119,7 +122,7 @@ class MessagesCodec:
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
-            body["tools"] = [take.take(function_tool(t), t) for t in tools if _is_custom(t)]
+            body["tools"] = self._tools.view(tools, lambda t: function_tool(t) if _is_custom(t) else None, take)
             if len(body["tools"]) != len(tools):
                 body["foreign_tools"] = [t for t in tools if not _is_custom(t)]
         choice = wire.get("tool_choice")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from proxy.codecs import KEEL, Origins, View, strip_keel
+from proxy.codecs import KEEL, Origins, ToolViews, View, strip_keel
 from proxy.messages import message_text
 
 ITEM = "item"  # the view role of an input item the planners leave alone
@@ -96,10 +96,18 @@ def function_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function, KEEL: tool}
 
 
+def _view_tool(tool: Any) -> dict[str, Any] | None:
+    ok = isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str)
+    return function_tool(tool) if ok else None
+
+
 class ResponsesCodec:
     shape = "responses"
     stream_end = re.compile(rb"(?:^|[\r\n])event: ?response\.(?:completed|failed|incomplete)\b|"
                             rb'"type": ?"response\.(?:completed|failed|incomplete)"')
+
+    def __init__(self) -> None:
+        self._tools = ToolViews()
 
     def view(self, wire: dict[str, Any]) -> View:
         take = Origins()
@@ -120,8 +128,7 @@ class ResponsesCodec:
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
-            body["tools"] = [take.take(function_tool(t), t) for t in tools
-                             if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)]
+            body["tools"] = self._tools.view(tools, _view_tool, take)
             if len(body["tools"]) != len(tools):  # hosted or custom tools: the planners must not defer around them
                 body["foreign_tools"] = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "function")]
         choice = wire.get("tool_choice")
