@@ -1,9 +1,17 @@
-"""Keel's added latency and CPU per request over calling the stand-in directly (features off).
+"""Keel's added latency and CPU per request over calling the stand-in directly.
 
-    python bench/overhead.py [--quick]
+    python bench/overhead.py [--quick] [--part off|on|shapes ...]
 
 Both paths are measured in the same run, one after the other, against the same stand-in
 process; Keel runs as its own process so its CPU time per request is read from /proc.
+
+- `off`: features off, Chat Completions, both upstream clients (latency at concurrency 1/16/64,
+  CPU per request, streaming time to first byte).
+- `on`: features on (tools lexical with dispatch stability, context.stable, cache auto) for a
+  new conversation per request (the first user message differs, the system prompt is one Keel
+  has seen) and a repeated one (the same body again), beside this run's features-off row.
+- `shapes`: features off on /v1/responses and /v1/messages, the same conversation and tools
+  in each shape, beside Chat Completions' in this run.
 """
 
 from __future__ import annotations
@@ -11,14 +19,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import orjson
-from common import KEY, catalog_tools, percentile, start_keel, start_standin
+from common import KEY, Proc, catalog_tools, percentile, start_keel, start_standin
 
 CONCURRENCY = (1, 16, 64)
 CLIENTS = ("aiohttp", "httpx")  # Keel's upstream client, compared in the same run
+PARTS = ("off", "on", "shapes")
+FEATURES = {"tools": {"enabled": True, "stability": "dispatch"}, "context": {"stable": True},
+            "cache": {"breakpoints": "auto", "prompt_cache_key": "auto"}}
+CHAT = "/v1/chat/completions"
+Body = bytes | Callable[[int], bytes]  # one body, or the i-th request's
 
 
 def spread(tools: list[Any], n: int) -> list[Any]:
@@ -39,7 +53,33 @@ def bodies() -> dict[str, bytes]:
     return {name: orjson.dumps(b) for name, b in (("20 messages", small), ("50 tools", medium), ("200 tools", large))}
 
 
-async def run(url: str, body: bytes, concurrency: int, count: int) -> list[float]:
+def as_responses(body: dict[str, Any]) -> dict[str, Any]:
+    """The same conversation and tools as a /v1/responses body."""
+    system, *rest = body["messages"]
+    tools = [{"type": "function", **t["function"]} for t in body.get("tools") or []]
+    out = {"model": body["model"], "instructions": system["content"],
+           "input": [{"role": m["role"], "content": m["content"]} for m in rest]}
+    return {**out, "tools": tools} if tools else out
+
+
+def as_messages(body: dict[str, Any]) -> dict[str, Any]:
+    """The same conversation and tools as an Anthropic /v1/messages body."""
+    system, *rest = body["messages"]
+    tools = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+              "input_schema": t["function"].get("parameters") or {"type": "object"}} for t in body.get("tools") or []]
+    out = {"model": "claude-sonnet", "max_tokens": 1024, "system": system["content"],
+           "messages": [{"role": m["role"], "content": m["content"]} for m in rest]}
+    return {**out, "tools": tools} if tools else out
+
+
+def new_conversations(body: bytes) -> Callable[[int], bytes]:
+    """The i-th request's body: the same, but its first user message names conversation i."""
+    assert body.count(b"Message 0: ") == 1
+    stamp = time.time_ns()
+    return lambda i: body.replace(b"Message 0: ", f"Message 0 of chat {stamp}-{i}: ".encode(), 1)
+
+
+async def run(url: str, body: Body, concurrency: int, count: int, path: str = CHAT) -> list[float]:
     """`count` requests from `concurrency` workers; aiohttp, so the load generator's own pool
     is not the bottleneck (httpx's pool contention shows up as multi-second p99s at 64)."""
     latencies: list[float] = []
@@ -47,13 +87,16 @@ async def run(url: str, body: bytes, concurrency: int, count: int) -> list[float
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
         remaining = count
+        sent = 0
 
         async def worker() -> None:
-            nonlocal remaining
+            nonlocal remaining, sent
             while remaining > 0:
                 remaining -= 1
+                data = body(sent) if callable(body) else body
+                sent += 1
                 started = time.perf_counter()
-                async with client.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+                async with client.post(url + path, data=data, headers=headers) as r:
                     await r.read()
                     assert r.status == 200, r.status
                 latencies.append(time.perf_counter() - started)
@@ -81,8 +124,14 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
 
-async def main(quick: bool) -> None:
-    standin, standin_url = start_standin(rules="none")
+async def cpu_per_request(proc: Proc, url: str, body: Body, count: int, path: str = CHAT) -> tuple[float, float]:
+    """Keel's CPU ms per request at concurrency 16, and the p50 latency there (ms)."""
+    cpu0 = proc.cpu()
+    latencies = await run(url, body, 16, count, path)
+    return (proc.cpu() - cpu0) / count * 1000, percentile(latencies, 0.5) * 1000
+
+
+async def part_off(quick: bool, standin_url: str) -> None:
     keels = {client: start_keel(standin_url, server={"upstream_client": client})[:2] for client in CLIENTS}
     rows: list[list[Any]] = []
     cpu_rows: list[list[Any]] = []
@@ -119,7 +168,6 @@ async def main(quick: bool) -> None:
     finally:
         for proc, _ in keels.values():
             proc.stop()
-        standin.stop()
 
     print("\nLatency, features off (ms; added = Keel p50 - direct p50, both measured in this run)")
     table(["body", "size", "conc", "client", "direct p50", "keel p50", "added p50", "direct p99", "keel p99",
@@ -128,6 +176,72 @@ async def main(quick: bool) -> None:
     table(["body", "size", *CLIENTS], cpu_rows)
     print("\nStreaming time to first byte, ms (concurrency 1, 9 KB body)")
     table(["client", "direct p50", "keel p50", "added p50"], ttfb_rows)
+
+
+async def part_on(quick: bool, standin_url: str) -> None:
+    """Features on against features off, each body size, new and repeated conversations."""
+    off, off_url, _ = start_keel(standin_url)
+    on, on_url, _ = start_keel(standin_url, FEATURES)
+    count = 400 if quick else 1200
+    rows: list[list[Any]] = []
+    try:
+        for name, body in bodies().items():
+            new = new_conversations(body)
+            warm = new_conversations(body)  # the system prompt and catalog seen before, as in steady state
+            await run(off_url, body, 4, 40)
+            await run(on_url, warm, 4, 40)
+            await run(on_url, body, 4, 40)
+            base_cpu, base_p50 = await cpu_per_request(off, off_url, body, count)
+            new_cpu, new_p50 = await cpu_per_request(on, on_url, new, count)
+            rep_cpu, rep_p50 = await cpu_per_request(on, on_url, body, count)
+            size = f"{len(body) / 1024:.0f} KB"
+            rows.append([name, size, "off", f"{base_cpu:.2f}", "1.00", f"{base_p50:.2f}"])
+            rows.append([name, size, "on, new conversation", f"{new_cpu:.2f}", f"{new_cpu / base_cpu:.2f}",
+                         f"{new_p50:.2f}"])
+            rows.append([name, size, "on, repeated", f"{rep_cpu:.2f}", f"{rep_cpu / base_cpu:.2f}", f"{rep_p50:.2f}"])
+    finally:
+        off.stop()
+        on.stop()
+    print("\nFeatures on (tools lexical + dispatch, context.stable, cache auto): Keel CPU ms per request at "
+          "concurrency 16, against features off in this run")
+    table(["body", "size", "features", "cpu ms", "x off", "p50 ms"], rows)
+
+
+async def part_shapes(quick: bool, standin_url: str) -> None:
+    """Features off on each API shape: added p50 at concurrency 1, CPU per request at 16."""
+    keel, url, _ = start_keel(standin_url)
+    count = 400 if quick else 1200
+    rows: list[list[Any]] = []
+    try:
+        for name, raw in bodies().items():
+            chat = orjson.loads(raw)
+            shaped = {CHAT: raw, "/v1/responses": orjson.dumps(as_responses(chat)),
+                      "/v1/messages": orjson.dumps(as_messages(chat))}
+            chat_cpu = chat_added = 0.0
+            for path, body in shaped.items():
+                await run(standin_url, body, 4, 40, path)
+                await run(url, body, 4, 40, path)
+                direct = percentile(await run(standin_url, body, 1, count // 2, path), 0.5) * 1000
+                via = percentile(await run(url, body, 1, count // 2, path), 0.5) * 1000
+                cpu, _ = await cpu_per_request(keel, url, body, count, path)
+                if path == CHAT:
+                    chat_cpu, chat_added = cpu, via - direct
+                rows.append([name, f"{len(body) / 1024:.0f} KB", path, f"{via - direct:.2f}",
+                             f"{(via - direct) / chat_added:.2f}", f"{cpu:.2f}", f"{cpu / chat_cpu:.2f}"])
+    finally:
+        keel.stop()
+    print("\nFeatures off per API shape: added p50 at concurrency 1 and Keel CPU per request at 16 (ms), "
+          "against Chat Completions' in this run")
+    table(["body", "size", "path", "added p50", "x chat", "cpu ms", "x chat"], rows)
+
+
+async def main(quick: bool, parts: list[str]) -> None:
+    standin, standin_url = start_standin(rules="none")
+    try:
+        for part in parts:
+            await {"off": part_off, "on": part_on, "shapes": part_shapes}[part](quick, standin_url)
+    finally:
+        standin.stop()
 
 
 def table(head: list[str], rows: list[list[Any]]) -> None:
@@ -141,5 +255,7 @@ def table(head: list[str], rows: list[list[Any]]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer requests (about a minute)")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--quick", action="store_true", help="fewer requests (about a minute a part)")
+    parser.add_argument("--part", action="append", choices=PARTS, help="what to measure (default: all)")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.part or list(PARTS)))

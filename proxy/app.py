@@ -36,6 +36,7 @@ from proxy.conversations import Conversations
 from proxy.defaults import create_upstream, open_store
 from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
 from proxy.ingress import Authenticator, Caller, parse_turn, request_id
+from proxy.jsontext import Resent
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.gate import MemoryGate
@@ -117,6 +118,7 @@ class Keel:
         self.memory_worker = MemoryWorker(config, self.memory_book, MemoryJobs(background, background.job_queue()),
                                           upstream, self.metrics, memory_gate, self.ledger)
         self.ranker = ranker
+        self.resent = Resent()  # tools arrays parsed once
         stages = self.default_planners() if planners is None or callable(planners) else list(planners)
         if callable(planners):
             stages = list(planners(stages))
@@ -219,7 +221,7 @@ class Keel:
 
             if codec is None:
                 return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
-            parsed = parse_turn(raw, caller, request.headers, rid, codec)
+            parsed = parse_turn(raw, caller, request.headers, rid, codec, self.resent)
             if codec.shape == "responses":
                 await self.owners.check(parsed)
                 return await self.owners.watch(parsed, await self._turn(parsed, raw, send, rid, done, codec))

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from proxy import jsontext
+from proxy.blobs import Blobs
 from proxy.chain import Chain
 from proxy.stores import Store, key
 
@@ -67,6 +68,7 @@ class SegmentAnchor:
     context_state: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     system: str | None = None  # written by Keel before `front`: the whole frozen system text
+    front_ref: str | None = None  # stored: `front` is in `Blobs` under this ref (and empty here)
 
     def to_bytes(self) -> bytes:
         return jsontext.dumps(asdict(self))
@@ -110,6 +112,7 @@ class Conversations:
     def __init__(self, store: Store, ttl_seconds: float) -> None:
         self.store = store
         self.ttl = ttl_seconds
+        self.blobs = Blobs(store, ttl_seconds)  # content many conversations share, stored once
 
     def _turn_key(self, chain: Chain, chain_hash: str) -> str:
         return key(chain.seed, "turn", chain_hash)
@@ -188,8 +191,12 @@ class Conversations:
         raw = await self.store.get(self._alias_key(scope, shown))
         return raw.decode() if raw else None
 
-    async def write_anchor(self, chain: Chain, anchor: SegmentAnchor) -> bool:
-        """Store a segment's anchor once; the first writer wins so replicas agree."""
+    async def write_anchor(self, chain: Chain, anchor: SegmentAnchor, overwrite: bool = False) -> bool:
+        """Store a segment's anchor once; the first writer wins so replicas agree (`overwrite`: over
+        an anchor whose content is gone)."""
+        if overwrite:
+            await self.store.set(self._anchor_key(chain, anchor.segment), anchor.to_bytes(), self.ttl)
+            return True
         return await self.store.set_if_absent(self._anchor_key(chain, anchor.segment), anchor.to_bytes(), self.ttl)
 
     async def read_anchor(self, chain: Chain, segment: str) -> SegmentAnchor | None:

@@ -124,11 +124,12 @@ def request_id(headers: Mapping[str, str]) -> str:
 
 
 def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
-               codec: Codec | None = None) -> Turn:
-    """The client's body, read by the codec of its API shape into the planners' view."""
+               codec: Codec | None = None, resent: jsontext.Resent | None = None) -> Turn:
+    """The client's body, read by the codec of its API shape into the planners' view (a tools
+    array seen before, byte for byte, is not parsed again: `resent`)."""
     codec = codec or ChatCodec()
     try:
-        body = jsontext.loads(raw)
+        body = resent.loads(raw) if resent is not None else jsontext.loads(raw)
     except jsontext.UnreadableJsonError:  # valid, but too deep to plan: the client's bytes go upstream
         return Turn(caller.tenant, raw, {}, headers, rid, codec, scope=caller.scope, plannable=False)
     except ValueError as exc:

@@ -7,12 +7,17 @@ the text must survive a round trip) and then reads the body again with the stand
 library, each such number kept as its own text, which `dumps` writes back verbatim. Key
 order is never sorted on the way out: a JSON schema's property order is what Structured
 Outputs generate in. Only hashes use `canonical`, which sorts keys.
+
+`Resent` parses a big member a client resends byte for byte (an agent's tools array, on every
+call) once: a later body whose member starts with the same bytes is parsed without it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -111,6 +116,8 @@ def dumps(value: Any) -> bytes:
 
 def canonical(value: Any) -> bytes:
     """Stable bytes for hashing: sorted keys, no whitespace, null-valued keys dropped."""
+    if type(value) is dict and all(type(v) is str for v in value.values()):  # a plain message: nothing to drop
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     return orjson.dumps(_drop_nulls(value), default=_fragment,
                         option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
@@ -121,3 +128,86 @@ def _drop_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [_drop_nulls(v) for v in value]
     return value
+
+
+class Resent:
+    """Values of one top-level member (`tools`) that clients resend byte for byte, parsed once.
+
+    After a body is parsed whole, its member's value is remembered with its text, when the client
+    wrote it compactly (as orjson writes it: the SDKs do). A later body whose member starts with a
+    remembered text (compared as bytes, in C) is parsed with a placeholder in its place, and the
+    remembered value is put back: the same value, shared, so nothing may change it in place (the
+    planners build new lists and dicts). Anything unexpected (the member is not where the
+    placeholder landed, a duplicate key, an unreadable rest) is parsed whole, as `loads` would.
+    """
+
+    PREFIX = 256  # bytes of a value's text that index it
+
+    def __init__(self, member: str = "tools", min_bytes: int = 4096, size: int = 32,
+                 max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._key = b'"' + member.encode() + b'"'
+        self._member = member
+        self._min_bytes, self._size, self._max_bytes = min_bytes, size, max_bytes
+        self._bytes = 0
+        self._known: OrderedDict[bytes, Any] = OrderedDict()  # text -> its value, newest last
+        self._by_prefix: dict[bytes, list[bytes]] = {}
+        self._placeholder = "\x00keel-resent-" + secrets.token_hex(8)  # never a client's value
+        self._marker = orjson.dumps(self._placeholder)
+
+    def _start(self, raw: bytes) -> int:
+        """Where the member's value starts in `raw` (its first occurrence as a key), else -1."""
+        at = raw.find(self._key)
+        if at < 0:
+            return -1
+        at += len(self._key)
+        while at < len(raw) and raw[at] in b" \t\r\n":
+            at += 1
+        if raw[at : at + 1] != b":":
+            return -1
+        at += 1
+        while at < len(raw) and raw[at] in b" \t\r\n":
+            at += 1
+        return at if raw[at : at + 1] == b"[" else -1
+
+    def loads(self, raw: bytes) -> Any:
+        """`loads(raw)`, the member's value taken from memory when its text was seen before."""
+        start = self._start(raw) if len(raw) >= self._min_bytes else -1
+        if start < 0:
+            return loads(raw)
+        for text in self._by_prefix.get(raw[start : start + self.PREFIX], ()):
+            if raw.startswith(text, start):
+                try:
+                    body = loads(raw[:start] + self._marker + raw[start + len(text):])
+                except ValueError:
+                    break
+                if isinstance(body, dict) and body.get(self._member) == self._placeholder:
+                    self._known.move_to_end(text)
+                    body[self._member] = self._known[text]
+                    return body
+                break
+        body = loads(raw)
+        self._learn(raw, start, body)
+        return body
+
+    def _learn(self, raw: bytes, start: int, body: Any) -> None:
+        value = body.get(self._member) if isinstance(body, dict) else None
+        if not isinstance(value, list) or not value:
+            return
+        try:  # compact, as orjson writes it? (its first element tells, before the whole is written)
+            if not raw.startswith(b"[" + orjson.dumps(value[0]), start):
+                return
+            text = orjson.dumps(value)
+        except (orjson.JSONEncodeError, TypeError):  # too deep, or a number kept as text: parsed each time
+            return
+        if len(text) < self._min_bytes or not raw.startswith(text, start) or text in self._known:
+            return
+        self._known[text] = value
+        self._by_prefix.setdefault(text[: self.PREFIX], []).insert(0, text)
+        self._bytes += len(text)
+        while len(self._known) > self._size or self._bytes > self._max_bytes:
+            old, _ = self._known.popitem(last=False)
+            self._bytes -= len(old)
+            same = self._by_prefix[old[: self.PREFIX]]
+            same.remove(old)
+            if not same:
+                del self._by_prefix[old[: self.PREFIX]]

@@ -67,7 +67,8 @@ class Pipeline:
     async def guard(self, stage: str, request: Turn, work: Awaitable[T]) -> T | None:
         """Run one stage hook within the deadline; on failure log, count, and return None."""
         try:
-            return await asyncio.wait_for(work, self.deadline)
+            async with asyncio.timeout(self.deadline):  # no task per stage, unlike wait_for
+                return await work
         except Exception as exc:
             log.warning("stage_failed", exc_info=not isinstance(exc, TimeoutError),
                         extra={"stage": stage, "tenant": request.tenant.id, "request_id": request.request_id,

@@ -152,6 +152,12 @@ class Turn:
             out.append(message_text(message))
         return "\n\n".join(out)
 
+    @property
+    def content_scope(self) -> str:
+        """Who may name content stored once by hash (`proxy.blobs`): the tenant, and a
+        passthrough caller's credential."""
+        return self.tenant.id + "\x00" + self.scope
+
     def chain_seed(self, context_digest: str) -> str:
         """Whose conversation this is (see `proxy.chain`); `context_digest` is the masked
         system prompt's, used unless the client names the conversation."""

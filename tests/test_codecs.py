@@ -139,3 +139,19 @@ def test_responses_view_and_render() -> None:
     assert out["input"][7] == {"type": "message", "role": "user", "content": "<context_update>x</context_update>"
                                                                              "\n\nthanks, now run tests"}
     assert out["tools"] is wire["tools"] and list(out) == list(wire)
+
+
+def test_a_resent_tools_array_is_viewed_once() -> None:
+    """The same tools array object (a resent one, parsed once) gets the same view list, and each view
+    tool still leads back to the client's own object; another array gets its own view."""
+    from proxy.codecs.responses import ResponsesCodec
+
+    codec = ResponsesCodec()
+    tools = [{"type": "function", "name": f"t{i}", "parameters": {"type": "object"}} for i in range(3)]
+    tools.append({"type": "web_search"})
+    first = codec.view({"model": "m", "input": "hi", "tools": tools})
+    second = codec.view({"model": "m", "input": "again", "tools": tools})
+    assert second.body["tools"] is first.body["tools"] and len(second.body["tools"]) == 3
+    assert [second.original(t) for t in second.body["tools"]] == tools[:3]
+    other = codec.view({"model": "m", "input": "hi", "tools": [dict(t) for t in tools]})
+    assert other.body["tools"] is not first.body["tools"] and other.body["tools"] == first.body["tools"]

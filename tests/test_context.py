@@ -200,3 +200,60 @@ def test_lost_anchor_is_a_logged_miss(standin: ServerThread, start_keel: Callabl
     assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] == "You said: two"
     misses = [r for r in caplog.records if r.getMessage() == "cache_miss"]
     assert misses and misses[0].reasons == ["anchor_lost"]  # type: ignore[attr-defined]
+
+
+def test_a_new_conversation_under_a_known_prompt_stores_little(standin: ServerThread,
+                                                                start_keel: Callable[..., ServerThread],
+                                                                tmp_path: Any) -> None:
+    """Conversations sharing a 17 KB system prompt (its clock ticking) store it once: each new one
+    adds at most 3 KB (an anchor and a turn record referring to it by hash)."""
+    import sqlite3
+
+    db = tmp_path / "k.db"
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True}),
+                                  store={"url": f"sqlite:///{db}"}))
+    prompt = "Current time: 2026-11-30 10:00:{second:02d}\n\n" + "\n".join(
+        f"Rule {i}: answer questions about topic {i} precisely and cite the policy." for i in range(250))
+    assert len(prompt) > 17_000
+
+    def converse(i: int) -> None:
+        messages = [{"role": "system", "content": prompt.format(second=i % 60)}, {"role": "user", "content": f"hi {i}"}]
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"},
+                           json={"model": "m", "user": f"user-{i}", "messages": messages})
+        assert reply.status_code == 200
+
+    def stored() -> int:
+        with sqlite3.connect(db) as conn:
+            return int(conn.execute("SELECT SUM(LENGTH(key) + LENGTH(value)) FROM kv").fetchone()[0])
+
+    converse(0)
+    before = stored()
+    for i in range(1, 21):
+        converse(i)
+    assert (stored() - before) / 20 <= 3 * 1024
+
+
+def test_lost_shared_content_is_a_logged_miss(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                              tmp_path: Any) -> None:
+    """With the content an anchor refers to gone (the store emptied of it), the next turn, on a
+    replica that never read it, re-anchors and is answered; the one after finds its context again."""
+    import sqlite3
+
+    db = tmp_path / "k.db"
+    config = keel_config(tenant(standin.url + "/v1", context={"stable": True}), store={"url": f"sqlite:///{db}"})
+    replicas = [start_keel(config), start_keel(config)]
+    headers = {"authorization": f"Bearer {KEY}"}
+    system = {"role": "system", "content": "Time 10:00:01\n\n" + "policy " * 1500}
+    history: list[dict[str, Any]] = [system]
+    seen = []
+    for turn in range(3):
+        history.append({"role": "user", "content": f"turn {turn}"})
+        url = replicas[min(turn, 1)].url
+        reply = httpx.post(url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+        assert reply.status_code == 200
+        history.append(reply.json()["choices"][0]["message"])
+        seen.append(standin.app.state.standin.requests[-1]["messages"][0])
+        if turn == 0:
+            with sqlite3.connect(db) as conn:
+                conn.execute("DELETE FROM kv WHERE key LIKE '%:blob:%'")
+    assert seen[1] == seen[2]  # re-anchored once, then stable again

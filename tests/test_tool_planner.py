@@ -195,6 +195,30 @@ async def test_search_loads_a_folded_family_by_its_pattern() -> None:
     assert capped.found == ("delete_file", "read_file")
 
 
+async def test_search_answer_weighs_what_the_model_needs() -> None:
+    """Under dispatch the tool asked for comes whole (once: a schema the model has seen comes as a
+    brief), the other matches as briefs (name, description, required parameters); found tools are
+    only those asked for. Loading them (segment), the answer is briefs only."""
+    import orjson
+
+    from proxy.tools.ranking import LexicalRanker
+    from proxy.tools.search import answer_search
+
+    catalog = CatalogCache(TokenCounter()).get(catalog_tools())
+    assert catalog is not None
+    ask = '{"query": "read a file", "names": ["read_file"]}'
+    answer = await answer_search(ask, catalog, NAMES, 5, LexicalRanker(), dispatch=True)
+    tools = orjson.loads(answer.content)["tools"]
+    assert answer.found == ("read_file",) and len(answer.listed) > 1
+    assert "parameters" in tools[0] and all("parameters" not in t and "required" in t for t in tools[1:])
+    again = await answer_search(ask, catalog, NAMES, 5, LexicalRanker(), dispatch=True, shown={"read_file"})
+    assert all("parameters" not in t for t in orjson.loads(again.content)["tools"]) and again.found == ("read_file",)
+    by_words = await answer_search('{"query": "write a file"}', catalog, NAMES, 5, LexicalRanker(), dispatch=True)
+    assert by_words.found == by_words.listed[:1]
+    loaded = await answer_search(ask, catalog, NAMES, 5, LexicalRanker())
+    assert loaded.found == ("read_file",) and all("parameters" not in t for t in orjson.loads(loaded.content)["tools"])
+
+
 @pytest.mark.parametrize("bad", [{"type": "custom", "name": "x"}, {"type": "function", "function": {}}, "fetch"])
 async def test_malformed_tools_pass_through(bad: Any) -> None:
     """A tools array Keel cannot read is left exactly as the client sent it (the upstream judges it)."""

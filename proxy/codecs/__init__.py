@@ -17,6 +17,7 @@ tools and reasoning items, Messages' server tools and thinking blocks) ride alon
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -65,6 +66,31 @@ class Origins:
         return mine
 
 
+class ToolViews:
+    """The view of a tools array, made once per array object: a tools array a client resends byte
+    for byte is the same object each time (`jsontext.Resent`), so its view is too (and the
+    catalog knows it by identity). Held arrays keep their ids; at most `size` of them."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._size = size
+        self._views: OrderedDict[int, tuple[list[Any], list[Any], dict[int, Any]]] = OrderedDict()
+
+    def view(self, tools: list[Any], convert: Callable[[Any], Any | None], take: Origins) -> list[Any]:
+        """`convert(tool)` for each tool it takes (None: left out), each pair remembered in `take`."""
+        found = self._views.get(id(tools))
+        if found is None or found[0] is not tools:
+            pairs = [(view, tool) for tool in tools if (view := convert(tool)) is not None]
+            found = (tools, [view for view, _ in pairs], {id(view): tool for view, tool in pairs})
+            self._views[id(tools)] = found
+            while len(self._views) > self._size:
+                self._views.popitem(last=False)
+        else:
+            self._views.move_to_end(id(tools))
+        take.origin.update(found[2])
+        take.keep.extend(found[1])
+        return found[1]
+
+
 def strip_keel(value: Any) -> Any:
     """A view object as it may go on the wire: without Keel's own bookkeeping keys."""
     if isinstance(value, dict):
@@ -75,10 +101,11 @@ def strip_keel(value: Any) -> Any:
 
 
 def view_tools(tools: list[Any], own: Callable[[Any], bool], to_view: Callable[[dict[str, Any]], dict[str, Any]],
-               take: Origins) -> dict[str, list[Any]]:
-    """A shape's tools in the view: its function tools as chat function tools (`tools`), the rest
-    (server, hosted, custom tools) as sent (`foreign_tools`, only when there are any)."""
-    out: dict[str, list[Any]] = {"tools": [take.take(to_view(t), t) for t in tools if own(t)]}
+               take: Origins, views: ToolViews) -> dict[str, list[Any]]:
+    """A shape's tools in the view: its function tools as chat function tools (`tools`, made once
+    per array object), the rest (server, hosted, custom tools) as sent (`foreign_tools`, only
+    when there are any)."""
+    out: dict[str, list[Any]] = {"tools": views.view(tools, lambda t: to_view(t) if own(t) else None, take)}
     if len(out["tools"]) != len(tools):
         out["foreign_tools"] = [t for t in tools if not own(t)]
     return out

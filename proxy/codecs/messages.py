@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from proxy import jsontext
-from proxy.codecs import KEEL, Origins, View, render_tools, strip_keel, view_tools
+from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_tools
 from proxy.messages import message_text
 
 
@@ -95,6 +95,9 @@ class MessagesCodec:
     shape = "messages"
     stream_end = re.compile(rb"(?:^|[\r\n])event: ?message_stop\b|\"type\": ?\"message_stop\"")
 
+    def __init__(self) -> None:
+        self._tools = ToolViews()
+
     def view(self, wire: dict[str, Any]) -> View:
         given = wire.get("messages")
         if not isinstance(given, list) or not all(isinstance(m, dict) for m in given):
@@ -119,7 +122,7 @@ class MessagesCodec:
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
-            body.update(view_tools(tools, _is_custom, function_tool, take))
+            body.update(view_tools(tools, _is_custom, function_tool, take, self._tools))
         choice = wire.get("tool_choice")
         if isinstance(choice, dict) and choice.get("type") == "tool":
             body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}

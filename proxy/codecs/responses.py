@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from proxy.codecs import KEEL, Origins, View, render_tools, strip_keel, view_tools
+from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_tools
 from proxy.messages import message_text
 
 ITEM = "item"  # the view role of an input item the planners leave alone
@@ -106,6 +106,9 @@ class ResponsesCodec:
     stream_end = re.compile(rb"(?:^|[\r\n])event: ?response\.(?:completed|failed|incomplete)\b|"
                             rb'"type": ?"response\.(?:completed|failed|incomplete)"')
 
+    def __init__(self) -> None:
+        self._tools = ToolViews()
+
     def view(self, wire: dict[str, Any]) -> View:
         take = Origins()
         messages: list[dict[str, Any]] = []
@@ -125,7 +128,7 @@ class ResponsesCodec:
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
-            body.update(view_tools(tools, _is_function, function_tool, take))
+            body.update(view_tools(tools, _is_function, function_tool, take, self._tools))
         choice = wire.get("tool_choice")
         if isinstance(choice, dict) and choice.get("type") == "function":
             body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}

@@ -7,6 +7,10 @@ knows along the chain and what the context says now, stored on its turn record a
 rendered as a `<context_update>` block at the start of its content; earlier user messages
 are re-rendered with their stored blocks, byte for byte. A regeneration renders what its
 turn stored and writes nothing.
+
+What is stored is small: the anchor refers to the client's front and the states refer to the
+system prompt's sections by hash (`Blobs`), so a new conversation under a system prompt Keel has
+seen costs about a kilobyte (an anchor and a turn record of a few hashes each).
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from proxy import jsontext
 from proxy.codecs import KEEL
-from proxy.context.update import State, diff, prepend_updates, sample
+from proxy.context.update import Sampler, State, diff, prepend_updates
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
 from proxy.memory.book import MemoryBook
 from proxy.memory.worker import memory_user
@@ -79,14 +85,6 @@ def render_front(anchor: SegmentAnchor, with_memory: bool = True, marker: str | 
     return front
 
 
-def known_state(location: Location, anchor: SegmentAnchor) -> State:
-    """What the model knows before the newest user message: the last stored state along the chain."""
-    for record in reversed(location.earlier_records):
-        if record.context_state:
-            return record.context_state
-    return anchor.context_state
-
-
 class ContextPlanner:
     name = "context"
 
@@ -95,6 +93,7 @@ class ContextPlanner:
         self.conversations = conversations
         self.clock = clock
         self.memory = memory
+        self.sampler = Sampler(conversations.blobs)
 
     def applies(self, request: Turn) -> bool:
         return request.tenant.context.stable
@@ -114,38 +113,73 @@ class ContextPlanner:
         user = memory_user(request) if self.memory is not None else None
         memory = (await self.memory.shown(request.tenant.id, user, request.tenant.memory.token_limit * 4)
                   if self.memory is not None and user else None)
-        current = sample(client_system, date, memory)
-        anchor, lost = await self._anchor(location, messages[:leading], date, current, now.timestamp())
+        scope = request.content_scope
+        current = self.sampler.sample(client_system, date, memory)
+        anchor, anchor_state, lost = await self._anchor(location, messages[:leading], date, current,
+                                                        now.timestamp(), scope)
+        known = await self._known(location, anchor_state, scope)
         if user is None and request.tenant.memory.enabled:  # memory switched off for this request
-            current = {**current, "memory": known_state(location, anchor).get("memory") or {}}
+            current = {**current, "memory": known.get("memory") or {}}
 
         updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
         newest = location.chain.newest_user
         fields: dict[str, Any] = {}
         if location.kind is not TurnKind.REGENERATED and newest is not None:  # a regeneration renders what it stored
             sent_at = now.strftime("%Y-%m-%d %H:%M %Z") if cfg.message_timestamps else None
-            update = diff(known_state(location, anchor), current, sent_at)
+            update = diff(known, current, sent_at)
             if update:
                 updates[newest.hash] = update
-            fields = {"context_update": update, "context_state": current}
+            fields = {"context_update": update, "context_state": await self.sampler.stored(scope, current)}
         front = render_front(anchor, with_memory=user is not None or not request.tenant.memory.enabled,
                              marker=None if request.codec.shape == "chat" else "front")
         rendered, request = prepend_updates(request, messages[leading:], updates)
         planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(**fields)
         return planned.with_note(anchor_lost=lost) if lost else planned
 
+    async def _known(self, location: Location, anchor_state: State, scope: str) -> State:
+        """What the model knows before the newest user message: the last stored state along the
+        chain (one whose content is gone is passed over), else the anchor's."""
+        for record in reversed(location.earlier_records):
+            if record.context_state:
+                known = await self.sampler.known(scope, record.context_state)
+                if known is not None:
+                    return known
+        return anchor_state
+
     async def _anchor(self, location: Location, front: list[dict[str, Any]], date: str | None, state: State,
-                      created: float) -> tuple[SegmentAnchor, bool]:
-        """The segment's anchor, and whether it had been lost (re-anchoring costs the cache once)."""
+                      created: float, scope: str) -> tuple[SegmentAnchor, State, bool]:
+        """The segment's anchor with its state as `diff` reads it, and whether it had been lost
+        (re-anchoring costs the cache once). Its front and state are stored by reference."""
         lost = False
         if location.records or location.kind is not TurnKind.NEW:
-            stored = await self.conversations.read_anchor(location.chain, location.segment)
-            if stored is not None:
-                return stored, False
+            found = await self._read_anchor(location, scope)
+            if found is not None:
+                return (*found, False)
             lost = True
             log.info("anchor_lost", extra={"segment": location.segment})
+        blob = jsontext.dumps(front)
+        front_ref = await self.conversations.blobs.put(scope, blob, front)
+        stored = SegmentAnchor(location.segment, location.conversation, [], date, dict(state.get("memory") or {}),
+                               await self.sampler.stored(scope, state), created, front_ref=front_ref)
         anchor = SegmentAnchor(location.segment, location.conversation, list(front), date,
                                dict(state.get("memory") or {}), state, created)
-        if await self.conversations.write_anchor(location.chain, anchor):
-            return anchor, lost
-        return await self.conversations.read_anchor(location.chain, location.segment) or anchor, lost
+        if not await self.conversations.write_anchor(location.chain, stored):  # another replica's came first
+            found = await self._read_anchor(location, scope)
+            if found is not None:
+                return (*found, lost)
+            await self.conversations.write_anchor(location.chain, stored, overwrite=True)  # its content is gone
+        return anchor, state, lost
+
+    async def _read_anchor(self, location: Location, scope: str) -> tuple[SegmentAnchor, State] | None:
+        """The stored anchor with its front and state read back; None when it, or content it
+        refers to, is gone."""
+        anchor = await self.conversations.read_anchor(location.chain, location.segment)
+        if anchor is None:
+            return None
+        if anchor.front_ref is not None:
+            front = await self.conversations.blobs.load(scope, anchor.front_ref, jsontext.loads)
+            if front is None:
+                return None
+            anchor = replace(anchor, front=front)
+        state = await self.sampler.known(scope, anchor.context_state)
+        return None if state is None else (anchor, state)

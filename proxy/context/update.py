@@ -1,16 +1,22 @@
 """Context state and the `<context_update>` block: what changed since the model last heard.
 
-A state is plain data (stored on turn records and anchors): the system prompt's sections
-by key, and the local date. `diff` compares the state the model knows with the state sampled
-now and renders only the net difference, so a value flipped and flipped back between two
-sends leaves no trace.
+A state is plain data: the system prompt's sections by key (with their masked texts, what
+comparisons read), the local date and the user's memory. `diff` compares the state the model
+knows with the state sampled now and renders only the net difference, so a value flipped and
+flipped back between two sends leaves no trace. A state is stored by reference (`Sampler.stored`):
+its sections, masked, and its memory are content many turns and conversations share, kept once
+each in `Blobs`, so a turn record holds a few hashes, not a copy of the system prompt.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
+from proxy import jsontext
+from proxy.blobs import Blobs
 from proxy.context.sections import mask, split_sections
 from proxy.turn import Turn
 
@@ -32,6 +38,11 @@ def sample(system_text: str, date: str | None, memory: dict[str, str] | None = N
     }
 
 
+def _masked(state: State, key: str) -> str:
+    masked = state.get("masked")
+    return masked[key] if masked is not None else mask(state["sections"][key])
+
+
 def diff(known: State, now: State, sent_at: str | None = None) -> str | None:
     """The `<context_update>` block taking the model from `known` to `now`, or None."""
     lines: list[str] = []
@@ -39,7 +50,7 @@ def diff(known: State, now: State, sent_at: str | None = None) -> str | None:
     for key in now.get("order", []):
         if key not in old:
             lines.append(f'Added section "{key}":\n{new[key]}')
-        elif mask(old[key]) != mask(new[key]):
+        elif _masked(known, key) != _masked(now, key):
             lines.append(f'Changed section "{key}", now:\n{new[key]}')
     for key in known.get("order", []):
         if key not in new:
@@ -59,6 +70,65 @@ def diff(known: State, now: State, sent_at: str | None = None) -> str | None:
     if not lines:
         return None
     return "<context_update>\n" + PREAMBLE + "\n\n" + "\n\n".join(lines) + "\n</context_update>"
+
+
+class Sampler:
+    """States sampled from system prompts, each distinct prompt split and masked once (by its
+    hash), and stored by reference: `stored` keeps a state's sections (masked: all a comparison
+    reads) and memory in `blobs` and returns `{"system": ref, "date", "memory": ref}`; `known`
+    reads one back (a state stored whole by an older Keel is read as it is)."""
+
+    def __init__(self, blobs: Blobs, size: int = 256) -> None:
+        self.blobs = blobs
+        self._size = size
+        self._prompts: OrderedDict[bytes, tuple[State, bytes]] = OrderedDict()  # text digest -> sections, blob
+
+    def _sections(self, text: str) -> tuple[State, bytes]:
+        digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        found = self._prompts.get(digest)
+        if found is None:
+            sections = split_sections(text)
+            order, masked = [s.key for s in sections], {s.key: s.masked for s in sections}
+            part = {"sections": {s.key: s.text for s in sections}, "order": order, "masked": masked}
+            found = self._prompts[digest] = (part, _sections_blob(order, masked))
+            if len(self._prompts) > self._size:
+                self._prompts.popitem(last=False)
+        else:
+            self._prompts.move_to_end(digest)
+        return found
+
+    def sample(self, system_text: str, date: str | None, memory: dict[str, str] | None = None) -> State:
+        part, blob = self._sections(system_text)
+        return {**part, "date": date, "memory": dict(memory or {}), "_blob": blob}
+
+    async def stored(self, scope: str, state: State) -> State:
+        blob = state.get("_blob") or _sections_blob(state.get("order", []),
+                                                    {k: _masked(state, k) for k in state.get("order", [])})
+        order = state.get("order", [])
+        masked = {k: _masked(state, k) for k in order}
+        system = await self.blobs.put(scope, blob, {"sections": masked, "masked": masked, "order": order})
+        memory = state.get("memory") or {}
+        memory_ref = await self.blobs.put(scope, jsontext.canonical(memory)) if memory else None
+        return {"system": system, "date": state.get("date"), "memory": memory_ref}
+
+    async def known(self, scope: str, stored: State) -> State | None:
+        """A stored state as `diff` reads it; None when content it refers to is gone."""
+        if "system" not in stored:
+            return stored
+        part = await self.blobs.load(scope, stored["system"], _known_sections)
+        memory = await self.blobs.load(scope, stored["memory"], jsontext.loads) if stored.get("memory") else {}
+        if part is None or memory is None:
+            return None
+        return {**part, "date": stored.get("date"), "memory": memory}
+
+
+def _sections_blob(order: list[str], masked: dict[str, str]) -> bytes:
+    return jsontext.dumps({"order": order, "masked": masked})
+
+
+def _known_sections(blob: bytes) -> State:
+    data = jsontext.loads(blob)
+    return {"sections": data["masked"], "masked": data["masked"], "order": data["order"]}
 
 
 def prepend_updates(request: Turn, messages: list[dict[str, Any]],

@@ -34,7 +34,8 @@ class Loop:
         results = []
         for call in searches:
             result = await answer_search(call["function"].get("arguments", ""), self.plan.catalog, self.deferred,
-                                         self.config.search.max_results, ranker, self.plan.dispatch)
+                                         self.config.search.max_results, ranker, self.plan.dispatch,
+                                         {*self.plan.shown, *self.found})
             for name in result.found:
                 if name in self.deferred:
                     self.deferred.remove(name)

@@ -74,7 +74,8 @@ class GuardedStore:
         if not self.breaker.allow():
             raise StoreError("store unavailable (circuit open)")
         try:
-            result = await asyncio.wait_for(work(), self.budget)
+            async with asyncio.timeout(self.budget):  # no task per call, unlike wait_for
+                result = await work()
         except (StoreError, TimeoutError, OSError) as exc:
             self.breaker.failure()
             if isinstance(exc, StoreError):

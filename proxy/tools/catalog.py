@@ -34,10 +34,19 @@ class ToolEntry:
     chars: int  # the schema's length as JSON
     terms: dict[str, float] = field(repr=False, compare=False)  # BM25 term frequencies
 
-    def brief(self) -> dict[str, Any]:
-        """Name, description and parameters: how a search answer or a tools update shows the tool."""
+    def schema(self) -> dict[str, Any]:
+        """Name, description and parameters: how a tools update, or a search answer that expects the
+        model to call the tool, shows it."""
         return {"name": self.name, "description": self.description,
                 "parameters": self.tool.get("function", {}).get("parameters", {})}
+
+    def brief(self) -> dict[str, Any]:
+        """Name, description and the names of its required parameters: how a search answer shows a
+        tool the model may want, without the parameters' schema (a search by its name shows it)."""
+        params = self.tool.get("function", {}).get("parameters")
+        required = params.get("required") if isinstance(params, dict) else None
+        names = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+        return {"name": self.name, "description": self.description, "required": names}
 
 
 @dataclass
@@ -162,6 +171,9 @@ class CatalogCache:
         self._token_counts: dict[bytes, int] = {}
         self._lock = threading.Lock()  # token counting
         self._catalogs_lock = threading.Lock()
+        # the tools arrays last seen, by identity: a resent array parsed once (`jsontext.Resent`) is
+        # the same list object, so its key costs no re-serializing (the list is held: ids stay its)
+        self._seen: OrderedDict[int, tuple[Sequence[dict[str, Any]], str]] = OrderedDict()
 
     async def get_async(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
         if len(tools) > self.OFF_LOOP_TOOLS:
@@ -171,9 +183,7 @@ class CatalogCache:
     def get(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
         """The catalog of this tools array; None when it is not a list of function tools (checked
         once per distinct array: a cached catalog was valid when it was built)."""
-        # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
-        # several times faster than sha256 (re-serializing the array costs more than hashing it).
-        key = blake3(jsontext.dumps(tools)).hexdigest()
+        key = self._key(tools)
         with self._catalogs_lock:
             found = self._catalogs.get(key)
             if found is not None:
@@ -196,6 +206,21 @@ class CatalogCache:
                 self._hold(dropped, -1)
         threading.Thread(target=self._count_tokens, args=(catalog,), daemon=True).start()
         return catalog
+
+    def _key(self, tools: Sequence[dict[str, Any]]) -> str:
+        with self._catalogs_lock:
+            seen = self._seen.get(id(tools))
+            if seen is not None and seen[0] is tools:
+                self._seen.move_to_end(id(tools))
+                return seen[1]
+        # BLAKE3: collision-resistant, which matters because the cache is shared by tenants, and
+        # several times faster than sha256 (re-serializing the array costs more than hashing it).
+        key = blake3(jsontext.dumps(tools)).hexdigest()
+        with self._catalogs_lock:
+            self._seen[id(tools)] = (tools, key)
+            while len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+        return key
 
     def _hold(self, catalog: Catalog, change: int) -> None:
         for entry in {e.digest: e for e in catalog.entries}.values():

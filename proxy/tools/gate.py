@@ -17,8 +17,9 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from proxy.tools.text import clauses, language, terms
+from proxy.tools.text import TEXT_CACHE, clauses, language, terms
 
 TASK = re.compile(
     r"^\s*(write|create (a|an) (story|poem|list|short|essay|song|haiku)|make (a|an) (list|story|poem)|rank|parse|given|"
@@ -111,6 +112,7 @@ _OWN_WORK = re.compile(
 )
 
 
+@lru_cache(maxsize=TEXT_CACHE)
 def conversational(text: str) -> bool:
     """Thanks, greetings, acknowledgements ("thanks, that fixed it!", "danke!", "谢谢"): turns
     that need no tool whatever they share in words, unless they also ask something or name
@@ -127,11 +129,13 @@ def conversational(text: str) -> bool:
         r"\b(?:now|next|also|but|can|could|please|pls|let'?s|then|and)\b", rest, re.IGNORECASE) and len(rest.split()) <= 12
 
 
+@lru_cache(maxsize=TEXT_CACHE)
 def acts(text: str) -> bool:
     """A request to act: a path, URL, id, "near…", or an action verb that works on something."""
     return any(_ACT_SIGNAL.search(clause) for clause in clauses(text))
 
 
+@lru_cache(maxsize=TEXT_CACHE)
 def own_work(text: str) -> bool:
     """Creative writing, opinion, a follow-up about an answer, or a why/what-is question."""
     return bool(_OWN_WORK.search(text))
@@ -144,22 +148,17 @@ WEIGHTS = (-2.258, 1.553, 1.359, -0.946, -0.784, 1.005, 0.461, -0.342, -0.458, -
 
 def features(text: str, top_score: float) -> list[float]:
     top = top_score / 10
-    task = float(bool(TASK.match(text)))
-    request = float(bool(REQUEST.search(text)))
-    return [
-        1.0,
-        top,
-        top_score / max(1, len(terms(text))),
-        task,
-        float(bool(KNOWLEDGE.match(text))),
-        request,
-        min(3, len(LIVE.findall(text))) / 3,
-        min(60, len(text.split())) / 60,
-        float("\n" in text.strip()),
-        float(conversational(text)),
-        task * top,
-        request * top,
-    ]
+    n_terms, task, knowledge, request, live, words, lines, small_talk = _shape(text)
+    return [1.0, top, top_score / max(1, n_terms), task, knowledge, request, live, words, lines, small_talk,
+            task * top, request * top]
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _shape(text: str) -> tuple[int, float, float, float, float, float, float, float]:
+    """The features of the text alone (computed once per text)."""
+    return (len(terms(text)), float(bool(TASK.match(text))), float(bool(KNOWLEDGE.match(text))),
+            float(bool(REQUEST.search(text))), min(3, len(LIVE.findall(text))) / 3,
+            min(60, len(text.split())) / 60, float("\n" in text.strip()), float(conversational(text)))
 
 
 # Turns that need a tool and turns that do not, for the local model's gate: a turn close in

@@ -53,10 +53,11 @@ class ToolPlan:
     offered: int
     outcome: str  # ranked | ranking_fallback (lexical, the backend failed) | no_tool_needed | not_ranked | segment
     dispatch: bool = False  # later tools are called through call_tool; the block never changes
+    shown: frozenset[str] = frozenset()  # outside the block, tools whose schema the model has seen this segment
 
 
 def tools_update(entries: Sequence[ToolEntry]) -> str:
-    schemas = [e.brief() for e in entries]
+    schemas = [e.schema() for e in entries]
     return ("<tools_update>\nThese tools are not in your tool list; call them through call_tool with their name "
             "and arguments:\n" + jsontext.dumps(schemas).decode() + "\n</tools_update>")
 
@@ -164,7 +165,7 @@ class ToolPlanner:
 
     async def freeze(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
         frozen = FrozenBlock(turn.catalog.key, choice.block, choice.surfaced, choice.deferred)
-        stored = await self._freeze(turn.request, frozen)
+        stored = await self._freeze(turn.request, turn.catalog, frozen)
         if stored is not frozen:  # another replica froze this segment first: use its block
             return self.grow(turn, stored, policy)
         # the turn record marks this turn as the segment's start, so the next turn finds the block
@@ -172,7 +173,8 @@ class ToolPlanner:
 
     async def rechoose(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
         frozen = FrozenBlock(turn.catalog.key, choice.block, choice.surfaced, choice.deferred)
-        await self.store.set(self._frozen_key(turn.request), frozen.to_bytes(), self.ttl)
+        await self.store.set(self._frozen_key(turn.request), await self._stored(turn.request, turn.catalog, frozen),
+                             self.ttl)
         planned = self.planned(turn, choice, policy)
         return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
 
@@ -185,11 +187,14 @@ class ToolPlanner:
         stored = await self.conversations.stored_response(request.owner + "/" + request.tenant.id, shown)
         return request if stored is None else request.with_body({**request.body, "previous_response_id": stored})
 
-    def planned(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
-        """The turn with this block and its messages, and the responder that answers tool_search."""
+    def planned(self, turn: TurnTools, choice: Choice, policy: BlockPolicy, announced: Sequence[str] = ()) -> Turn:
+        """The turn with this block and its messages, and the responder that answers tool_search.
+        `announced`: tools outside the block whose schemas the model has read in a tools update."""
         request, catalog = turn.request, turn.catalog
+        records = request.location.records if request.location else ()
+        shown = frozenset(found_tools(records)) | frozenset(announced)
         plan = ToolPlan(catalog, tuple(choice.surfaced), tuple(choice.deferred), len(catalog.entries),
-                        choice.outcome, policy.dispatch)
+                        choice.outcome, policy.dispatch, shown)
         body = {**request.body, "tools": choice.block, "messages": turn.messages}
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(choice.surfaced)}/{len(catalog.entries)}"})
@@ -270,14 +275,51 @@ class ToolPlanner:
         if request.location is None or (request.location.kind is TurnKind.NEW and not request.location.records):
             return None
         raw = await self.store.get(self._frozen_key(request))
-        frozen = FrozenBlock.from_bytes(raw) if raw else None
-        return frozen if frozen is not None and frozen.catalog == turn.catalog.key else None
+        return await self._read_frozen(request, turn.catalog, raw) if raw else None
 
-    async def _freeze(self, request: Turn, frozen: FrozenBlock) -> FrozenBlock:
-        if await self.store.set_if_absent(self._frozen_key(request), frozen.to_bytes(), self.ttl):
+    async def _freeze(self, request: Turn, catalog: Catalog, frozen: FrozenBlock) -> FrozenBlock:
+        stored = await self._stored(request, catalog, frozen)
+        if await self.store.set_if_absent(self._frozen_key(request), stored, self.ttl):
             return frozen
         raw = await self.store.get(self._frozen_key(request))
-        return FrozenBlock.from_bytes(raw) if raw else frozen
+        found = await self._read_frozen(request, catalog, raw) if raw else None
+        if found is None:  # another catalog's block, or one whose content is gone: this one replaces it
+            await self.store.set(self._frozen_key(request), stored, self.ttl)
+        return found or frozen
+
+    # A frozen block is stored small: the surfaced tools by name (the catalog, which must be the
+    # same for the block to be used, holds them as the client sent them), the deferred ones as the
+    # rest of the catalog, and Keel's own tools (tool_search's listing is most of the bytes) in
+    # `Blobs`, shared by every conversation that froze the same block.
+
+    async def _stored(self, request: Turn, catalog: Catalog, frozen: FrozenBlock) -> bytes:
+        surfaced, block = frozen.surfaced, frozen.block
+        blobs = self.conversations.blobs if self.conversations is not None else None
+        own = [t.get("function", {}).get("name") for t in block[: len(surfaced)]] == surfaced and all(
+            block[i] is catalog.entries[catalog.by_name[n]].tool for i, n in enumerate(surfaced) if n in catalog.by_name)
+        shown = set(surfaced)
+        rest = sorted(n for n in catalog.by_name if n not in shown)
+        if blobs is None or not own or list(frozen.deferred) != rest:
+            return frozen.to_bytes()
+        keel = block[len(surfaced):]
+        ref = await blobs.put(request.content_scope, jsontext.dumps(keel), keel)
+        return jsontext.dumps({"catalog": frozen.catalog, "surfaced": surfaced, "keel": ref})
+
+    async def _read_frozen(self, request: Turn, catalog: Catalog, raw: bytes) -> FrozenBlock | None:
+        data = jsontext.loads(raw)
+        if not isinstance(data, dict) or data.get("catalog") != catalog.key:
+            return None
+        if "keel" not in data:
+            return FrozenBlock.from_bytes(raw)
+        if self.conversations is None or any(n not in catalog.by_name for n in data["surfaced"]):
+            return None
+        keel = await self.conversations.blobs.load(request.content_scope, data["keel"], jsontext.loads)
+        if keel is None:  # its content is gone: the segment chooses a block afresh (one cache miss)
+            return None
+        surfaced = list(data["surfaced"])
+        block = [*(catalog.entries[catalog.by_name[n]].tool for n in surfaced), *keel]
+        shown = set(surfaced)
+        return FrozenBlock(catalog.key, block, surfaced, sorted(n for n in catalog.by_name if n not in shown))
 
     def grow(self, turn: TurnTools, frozen: FrozenBlock, policy: BlockPolicy) -> Turn:
         request, catalog = turn.request, turn.catalog
@@ -309,7 +351,9 @@ class ToolPlanner:
         updates = {r.chain_hash: r.tools_update for r in request.location.records if r.tools_update}
         fields: dict[str, Any] = {}
         if request.location.kind is not TurnKind.REGENERATED and newest is not None:
-            text = tools_update(catalog.entries_for(new)) if new else None
+            seen = set(found_tools(request.location.records))  # a search answer showed them: in the history already
+            announce = [n for n in new if n not in seen]
+            text = tools_update(catalog.entries_for(announce)) if announce else None
             if text:
                 updates[newest.hash] = text
             fields = {"tool_block": [*announced, *new], "tools_update": text}
@@ -318,7 +362,8 @@ class ToolPlanner:
         deferred = [n for n in frozen.deferred if n not in set(announced) | set(new)]
         self._count(request, catalog, surfaced, deferred)
         announced_turn = TurnTools(request, catalog, rendered_messages, turn.query, turn.pinned)
-        planned = self.planned(announced_turn, Choice(surfaced, deferred, frozen.block, "segment"), policy)
+        planned = self.planned(announced_turn, Choice(surfaced, deferred, frozen.block, "segment"), policy,
+                               [*announced, *new])
         return planned.with_record(**fields)
 
     @staticmethod

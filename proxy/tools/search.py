@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -135,13 +135,20 @@ def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int =
 
 @dataclass(frozen=True)
 class SearchResult:
-    found: tuple[str, ...]
+    found: tuple[str, ...]  # the tools the model asked for (by name, else the best match): loaded or shown whole
     content: str  # the tool message's content
+    listed: tuple[str, ...] = ()  # every tool the answer names (the rest as briefs)
 
 
 async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str], max_results: int,
-                        ranker: Ranker, dispatch: bool = False) -> SearchResult:
-    """Exact names first, then names in the query, then the ranker's best matches, from the deferred tools."""
+                        ranker: Ranker, dispatch: bool = False, shown: Collection[str] = ()) -> SearchResult:
+    """Exact names first, then names in the query, then the ranker's best matches, from the deferred tools.
+
+    An answer weighs what the model needs against what it costs: the tools it asked for by name,
+    else the best match, are found (loaded into the tool list for the next call; under dispatch,
+    called through `call_tool`, their schemas shown in the answer, once per segment: `shown` are
+    those the model has seen); the other matches are briefs (name, description, required parameter
+    names), one search by name away (a round trip when the model wanted one of them)."""
     try:
         args = orjson.loads(arguments or "{}")
     except orjson.JSONDecodeError:
@@ -156,7 +163,8 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
     for name in (n for n in names if isinstance(n, str)):  # exact names, or a folded family's pattern
         matches = sorted(fnmatch.filter(deferred, name)) if "*" in name else [name] if name in allowed else []
         chosen += [m for m in matches if m not in chosen]
-    chosen = chosen[:max_results]
+    asked = chosen[:max_results]
+    chosen = list(asked)
     if len(chosen) < max_results and query:
         candidates = [catalog.by_name[n] for n in deferred if n in catalog.by_name]
         named = [n for n in catalog.names_in(query, max_results) if n in allowed and n not in chosen]
@@ -169,10 +177,15 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
             if name not in chosen:
                 chosen.append(name)
     entries: list[ToolEntry] = catalog.entries_for(chosen)
-    note = (f"Call these tools through {CALL_TOOL} with their name and arguments." if dispatch
-            else "These tools are now loaded; call them directly.")
-    payload = {
-        "tools": [e.brief() for e in entries],
-        "note": note if entries else "No matching tools.",
-    }
-    return SearchResult(tuple(e.name for e in entries), jsontext.dumps(payload).decode())
+    found = [e.name for e in entries if e.name in asked] or [e.name for e in entries[:1]]
+    rest = [e.name for e in entries if e.name not in found]
+    if dispatch:
+        note = f"Call {', '.join(found)} through {CALL_TOOL} with its name and arguments." if found else ""
+        tools = [e.schema() if e.name in found and e.name not in shown else e.brief() for e in entries]
+    else:
+        note = f"Loaded into your tool list: {', '.join(found)}; call it directly." if found else ""
+        tools = [e.brief() for e in entries]
+    if rest:
+        note += f" The others are listed briefly: search for one by name to {'see' if dispatch else 'load'} it."
+    payload = {"tools": tools, "note": note.strip() if entries else "No matching tools."}
+    return SearchResult(tuple(found), jsontext.dumps(payload).decode(), tuple(e.name for e in entries))

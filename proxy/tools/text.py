@@ -102,6 +102,12 @@ def terms(text: str) -> list[str]:
     return out
 
 
+# A turn's text is read several times per request (ranking, server names, the needs-tool gate,
+# each step of a multi-step ask): the pure functions of it are cached, so each runs once.
+TEXT_CACHE = 256
+
+
+@lru_cache(maxsize=TEXT_CACHE)
 def language(text: str) -> str:
     """A rough guess: a script's language (ja, zh, ko, ru, ar, hi…), the Latin-script language
     whose function words the text uses most, 'en' for ASCII text using none, else 'und'."""
@@ -153,10 +159,15 @@ def glossed(text: str) -> list[str]:
 
 def query_terms(text: str) -> list[str]:
     """A turn's terms: its own, plus the glossary's English words when it is not in English."""
+    return list(_query_terms(text))
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _query_terms(text: str) -> tuple[str, ...]:
     own = terms(text)
     if language(text) == "en":
-        return own
-    return own + terms(" ".join(glossed(text)))
+        return tuple(own)
+    return tuple(own + terms(" ".join(glossed(text))))
 
 
 _CLAUSE = re.compile(
@@ -174,8 +185,13 @@ _CLAUSE = re.compile(
 def clauses(text: str) -> list[str]:
     """The steps of a multi-step ask ("file a ticket, then post the link in the channel"): the
     text cut at sequencing words and at "and" before an action verb; one clause when it has none."""
+    return list(_clauses(text))
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _clauses(text: str) -> tuple[str, ...]:
     parts = [p.strip(" ,.;，、。") for p in _CLAUSE.split(text)]
-    return [p for p in parts if len(p) >= 3] or [text]
+    return tuple([p for p in parts if len(p) >= 3] or [text])
 
 
 def english_hint(text: str) -> str:
