@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import orjson
 
 from proxy.conversations import TurnKind
+from proxy.jsontext import Json, JsonObject
 from proxy.metrics import Metrics
 from proxy.savings.meter import TurnMeter
 from proxy.sse import EventParser
@@ -37,7 +37,7 @@ class CacheAccounting:
         self.request = request
         self.meter = meter
         self._parser: EventParser | None = None
-        self._usage: dict[str, Any] | None = None
+        self._usage: JsonObject | None = None
 
     def from_body(self, body: bytes) -> Mapping[str, str]:
         try:
@@ -65,7 +65,7 @@ class CacheAccounting:
             self.record(self._usage)
             self._usage = None
 
-    def record(self, usage: Any, rounds: int = 0, first: Any = None, calls: Sequence[Any] = (),
+    def record(self, usage: Json, rounds: int = 0, first: Json = None, calls: Sequence[Json] = (),
                found: Sequence[str] = ()) -> Mapping[str, str]:
         """`usage`: summed over every upstream call of the turn; `first`: the first call's alone
         (when Keel answered tool_search, `rounds` times); `calls`: the client's own tool calls

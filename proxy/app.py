@@ -13,9 +13,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 from urllib.parse import unquote
 
 import orjson
@@ -36,7 +35,7 @@ from proxy.conversations import Conversations
 from proxy.defaults import create_upstream, open_store
 from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
 from proxy.ingress import Authenticator, Caller, parse_turn, request_id
-from proxy.jsontext import Resent
+from proxy.jsontext import Json, Resent
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.gate import MemoryGate
@@ -65,7 +64,7 @@ log = logging.getLogger("keel.access")
 BACKGROUND_STORE_BUDGET = 2.0  # seconds: the memory worker and API may wait longer than a request's planners
 
 
-def upstream_path(scope: Mapping[str, Any]) -> str:
+def upstream_path(scope: Mapping[str, Json]) -> str:
     """The request's path after /v1/, exactly as the client sent it (still percent-encoded).
 
     Forwarded as received; refused (400) when, decoded, it climbs out of the API with a dot
@@ -348,7 +347,7 @@ def create_app(
     )
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> Any:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if any(t.memory.enabled for t in config.tenants):
             keel.memory_worker.start()
         yield

@@ -23,8 +23,9 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from proxy.jsontext import Json
 from proxy.stores import Store, key
 
 T = TypeVar("T")
@@ -80,7 +81,7 @@ class Blobs:
         self.ttl = ttl_seconds
         self._cache_bytes = cache_bytes
         self._bytes = 0
-        self._values: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()  # read or written, parsed
+        self._values: OrderedDict[tuple[str, str], tuple[Json, int]] = OrderedDict()  # read or written, parsed
         self._written: OrderedDict[tuple[str, str], float] = OrderedDict()  # when this process last wrote it
 
     @staticmethod
@@ -103,7 +104,7 @@ class Blobs:
         while len(self._written) > 65536:
             self._written.popitem(last=False)
 
-    async def put(self, scope: str, data: bytes, value: Any = None) -> str:
+    async def put(self, scope: str, data: bytes, value: Json = None) -> str:
         """Store `data` (what this process stored within one TTL is not written again); its ref.
         `value`: what `load` would parse it to, kept so this process never parses it."""
         ref = blob_ref(data)
@@ -158,7 +159,7 @@ class Blobs:
             for i in range(1, len(stored), PIECE):
                 self._written.pop((scope, stored[i : i + PIECE].hex()), None)
 
-    def _keep(self, at: tuple[str, str], value: Any, size: int) -> None:
+    def _keep(self, at: tuple[str, str], value: Json, size: int) -> None:
         if at in self._values:
             self._values.move_to_end(at)
             return

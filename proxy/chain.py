@@ -16,10 +16,9 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from proxy.context.sections import mask_clock
-from proxy.jsontext import canonical
+from proxy.jsontext import Json, canonical
 
 CONTEXT_ROLES = frozenset({"system", "developer"})
 canonical_json = canonical
@@ -90,7 +89,7 @@ class Chain:
         return users[-1] if users else None
 
 
-def build_chain(seed: str, messages: Sequence[Mapping[str, Any]]) -> Chain:
+def build_chain(seed: str, messages: Sequence[Mapping[str, Json]]) -> Chain:
     links = []
     current = seed
     for index, message in enumerate(messages):

@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Literal, get_args, get_origin
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from proxy.jsontext import Json, JsonObject
 from proxy.prices import PriceTable
 from proxy.usage import Usage
 
@@ -43,7 +44,7 @@ class _Model(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _yaml_switches(cls, data: Any) -> Any:
+    def _yaml_switches(cls, data: Json) -> Json:
         """YAML 1.1 reads an unquoted off/no (on/yes) as false (true). For a choice that offers "off",
         false means "off", and true means "auto" where "auto" is a choice and "on" is not."""
         if not isinstance(data, dict):
@@ -61,7 +62,7 @@ class _Model(BaseModel):
         return fixed
 
 
-def _choices(annotation: Any) -> set[Any]:
+def _choices(annotation: object) -> set[object]:
     """The values a Literal (or an optional Literal) allows; empty for any other type."""
     if get_origin(annotation) is Literal:
         return set(get_args(annotation))
@@ -247,7 +248,7 @@ class ToolsConfig(_Model):
         "less than reading the cached one (cache.read_price)")
     _prices: PriceTable = PrivateAttr(default_factory=PriceTable)  # the config's models table, set at load
 
-    def judgment_cost(self, model: str | None, usage: Any) -> float | None:
+    def judgment_cost(self, model: str | None, usage: Json) -> float | None:
         """What a judgment's (or the memory model's) usage cost, priced from the `models` table
         (the model's entry, else 'default'); None when there is no usage."""
         read = Usage.read(usage)
@@ -406,7 +407,7 @@ class KeelConfig(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _model_endpoints(cls, data: Any) -> Any:
+    def _model_endpoints(cls, data: Json) -> Json:
         """`tools.select` and `memory` name a model; where they give no endpoint or key of their
         own, the models table's entry for it supplies them."""
         if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
@@ -455,7 +456,7 @@ class KeelConfig(_Model):
         return self
 
 
-def _with_endpoint(block: dict[str, Any], model: Any) -> dict[str, Any]:
+def _with_endpoint(block: JsonObject, model: Json) -> JsonObject:
     if not isinstance(model, dict):
         return block
     filled = {k: model[k] for k in ("endpoint", "api_key_env") if model.get(k) and block.get(k) is None}
@@ -484,10 +485,10 @@ MOVED = {
 }
 
 
-def _moved_keys(tenants: list[Any], source: str) -> None:
+def _moved_keys(tenants: list[Json], source: str) -> None:
     for n, tenant in enumerate(tenants):
         for path, why in MOVED.items():
-            block: Any = tenant
+            block: Json = tenant
             for part in path[:-1]:
                 block = block.get(part) if isinstance(block, dict) else None
             if isinstance(block, dict) and path[-1] in block:
@@ -502,7 +503,7 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path) -> Json:
     try:
         return yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
@@ -511,7 +512,7 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
 
 
-def parse_config(data: Any, source: str = "config", base_dir: Path | None = None) -> KeelConfig:
+def parse_config(data: Json, source: str = "config", base_dir: Path | None = None) -> KeelConfig:
     """Validate a parsed YAML document (and its tenants_dir) into a `KeelConfig`."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping")
@@ -542,7 +543,7 @@ def load_config(path: str | Path) -> KeelConfig:
     return parse_config(_read_yaml(path), str(path), path.parent)
 
 
-def masked(config: KeelConfig) -> dict[str, Any]:
+def masked(config: KeelConfig) -> JsonObject:
     """The effective config as plain data with secrets masked (for `keel check-config`)."""
     data = config.model_dump(mode="json")
     for tenant in data["tenants"]:

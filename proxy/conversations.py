@@ -17,12 +17,13 @@ from typing import Any, TypeVar
 from proxy import jsontext
 from proxy.blobs import Blobs
 from proxy.chain import Chain
+from proxy.jsontext import Json, JsonObject
 from proxy.stores import Store, key
 
 D = TypeVar("D")
 
 
-def _known_fields(cls: type[D], data: dict[str, Any]) -> D:
+def _known_fields(cls: type[D], data: JsonObject) -> D:
     """A dataclass from stored fields, ignoring ones this version does not know (state written by a
     newer or older Keel is read, never a failed turn)."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
@@ -38,10 +39,10 @@ class TurnRecord:
     conversation: str
     position: int
     context_update: str | None = None
-    context_state: dict[str, Any] = field(default_factory=dict)
-    tool_block: list[Any] | None = None
-    hidden_exchanges: list[Any] = field(default_factory=list)
-    dispatched: dict[str, Any] = field(default_factory=dict)  # call id → the generic call the model made
+    context_state: JsonObject = field(default_factory=dict)
+    tool_block: list[Json] | None = None
+    hidden_exchanges: list[Json] = field(default_factory=list)
+    dispatched: JsonObject = field(default_factory=dict)  # call id → the generic call the model made
     tools_update: str | None = None  # schemas of tools named later in a dispatch segment, on this message
     created_at: float = 0.0
 
@@ -62,10 +63,10 @@ class SegmentAnchor:
 
     segment: str
     conversation: str
-    front: list[dict[str, Any]] = field(default_factory=list)
+    front: list[JsonObject] = field(default_factory=list)
     date: str | None = None
     memory: dict[str, str] = field(default_factory=dict)
-    context_state: dict[str, Any] = field(default_factory=dict)
+    context_state: JsonObject = field(default_factory=dict)
     created_at: float = 0.0
     system: str | None = None  # written by Keel before `front`: the whole frozen system text
     front_ref: str | None = None  # stored: `front` is in `Blobs` under this ref (and empty here)
@@ -140,7 +141,7 @@ class Conversations:
             return Location(chain, TurnKind.NONE, "", client_conversation or "", ())
         return Location(chain, TurnKind.NEW, users[-1].hash, client_conversation or users[-1].hash, ())
 
-    def new_record(self, location: Location, **fields: Any) -> TurnRecord:
+    def new_record(self, location: Location, **fields: Any) -> TurnRecord:  # Any: TurnRecord's fields, typed there
         newest = location.chain.newest_user
         assert newest is not None, "a turn record belongs to a user message"
         return TurnRecord(
@@ -165,7 +166,7 @@ class Conversations:
         if updated is not None:
             await self.write_turn(location.chain, updated)
 
-    async def add_hidden_exchange(self, location: Location, exchange: dict[str, Any]) -> None:
+    async def add_hidden_exchange(self, location: Location, exchange: JsonObject) -> None:
         """Append an exchange to the newest user message's record (once per answer)."""
 
         def change(record: TurnRecord) -> TurnRecord | None:
@@ -175,7 +176,7 @@ class Conversations:
 
         await self.update_turn(location, change)
 
-    async def add_dispatched(self, location: Location, calls: dict[str, Any]) -> None:
+    async def add_dispatched(self, location: Location, calls: JsonObject) -> None:
         """Remember the generic calls behind real calls the client got (dispatch stability)."""
         await self.update_turn(location, lambda record: replace(record, dispatched={**record.dispatched, **calls}))
 

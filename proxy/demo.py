@@ -18,13 +18,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import uvicorn
 
 from proxy.config import ServerConfig
 from proxy.demo_catalog import demo_catalog
+from proxy.jsontext import JsonObject
 from proxy.prices import PriceTable
 from proxy.standin.app import create_standin_app
 from proxy.standin.script import hidden_call
@@ -51,10 +51,10 @@ class Run:
     tools_called: list[str] = field(default_factory=list)
 
 
-def converse(base_url: str, key: str, tools: list[dict[str, Any]], headers: dict[str, str]) -> Run:
+def converse(base_url: str, key: str, tools: list[JsonObject], headers: dict[str, str]) -> Run:
     """The agent: each user message, then tool results until the model answers in text."""
     run = Run()
-    messages: list[dict[str, Any]] = [{"role": "system", "content": ""}]
+    messages: list[JsonObject] = [{"role": "system", "content": ""}]
     started = time.time()
     with httpx.Client(base_url=base_url, headers={"authorization": f"Bearer {key}", **headers}, timeout=60) as http:
         for text in TURNS:
@@ -130,7 +130,7 @@ def keel_estimate(url: str, key: str, conversation: str) -> dict[str, float]:
             "usd_keel": sum(t["keel_usd"] for t in turns), "input_direct": sum(t["direct"]["input"] for t in turns)}
 
 
-def run_demo(url: str, key: str, say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_demo(url: str, key: str, say: Callable[[str], None] = print) -> JsonObject:
     tools, source = demo_catalog()
     conversation = f"demo-{int(time.time())}"
     standin_url, standin = start_standin()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+
+from proxy.jsontext import JsonObject
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "catalogs" / "agent_8servers.json"
 
@@ -46,9 +47,9 @@ _EXTRA = [("get_current_time", "Get the current time in an IANA timezone", {"tim
           ("fetch", "Fetch a URL and return its content as markdown", {"url": "the URL"})]
 
 
-def _schema(service: str, verb: str, words: list[str]) -> dict[str, Any]:
+def _schema(service: str, verb: str, words: list[str]) -> JsonObject:
     thing = " ".join(words[1:]) or words[0]
-    props: dict[str, Any] = {
+    props: JsonObject = {
         "owner": {"type": "string", "description": f"The {service} account or organisation that owns the {thing}."},
         "id": {"type": "string", "description": f"Identifier of the {thing}; see the list tool for the values."},
         "query": {"type": "string", "description": f"Free-text filter applied to {thing} titles and bodies."},
@@ -60,7 +61,7 @@ def _schema(service: str, verb: str, words: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": ["owner"] if verb != "get" else ["id"]}
 
 
-def generated() -> list[dict[str, Any]]:
+def generated() -> list[JsonObject]:
     tools = []
     for prefix, (service, names) in _SERVICES.items():
         for name in names:
@@ -77,7 +78,7 @@ def generated() -> list[dict[str, Any]]:
     return tools
 
 
-def demo_catalog() -> tuple[list[dict[str, Any]], str]:
+def demo_catalog() -> tuple[list[JsonObject], str]:
     """The tools, and where they came from."""
     if REAL.is_file():
         data = json.loads(REAL.read_text())

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from proxy.chain import canonical_json
 from proxy.conversations import TurnRecord
-
-Message = dict[str, Any]
+from proxy.jsontext import JsonObject
+from proxy.messages import Message
 
 
 def fingerprint(message: Message) -> str:
@@ -36,11 +35,11 @@ class HiddenExchange:
     answer: str = ""  # fingerprint of the visible answer as the client received it
     catalog: str = ""  # the key of the tool catalog the searches answered from
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HiddenExchange:
+    def from_dict(cls, data: JsonObject) -> HiddenExchange:
         return cls(**data)
 
 

@@ -28,6 +28,14 @@ import orjson
 _NOT_NUMBER_CHARS = bytes(range(256)).translate(None, b"0123456789.eE+-")
 _UNICODE_ESCAPE = re.compile(rb"\\u[0-9a-fA-F]{4}")
 
+# JSON as a client or a provider wrote it: objects, arrays, strings, numbers, booleans and null,
+# to any depth. Keel passes most of it on untouched and narrows with isinstance where it reads a
+# value, so this is the one place `Any` stands for it: everywhere else in proxy/ a JSON value is
+# `Json` and a JSON object `JsonObject`, which says what the value is (and mypy cannot usefully
+# check a recursive union against code that narrows as it goes).
+Json = Any
+JsonObject = dict[str, Json]
+
 
 class UnreadableJsonError(ValueError):
     """JSON nested deeper than Keel reads (1024) or writes (254): forwarded untouched."""
@@ -56,7 +64,7 @@ class JsonInt(int):
         return self
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> Json:
     raise json.JSONDecodeError(f"{name} is not valid JSON", name, 0)
 
 
@@ -66,7 +74,7 @@ def _number_text(raw: bytes) -> bytes:
     return raw.translate(None, _NOT_NUMBER_CHARS)
 
 
-def faithful(raw: bytes, value: Any) -> bool:
+def faithful(raw: bytes, value: Json) -> bool:
     """Does orjson's reading of `raw` write back every number as it was written?"""
     try:
         again = orjson.dumps(value)
@@ -75,7 +83,7 @@ def faithful(raw: bytes, value: Any) -> bool:
     return _number_text(raw) == _number_text(again)
 
 
-def loads(raw: bytes) -> Any:
+def loads(raw: bytes) -> Json:
     """Parse JSON; numbers orjson would change are kept as `JsonFloat`/`JsonInt`.
 
     Raises `ValueError` for text that is not JSON, `UnreadableJsonError` for JSON too deep
@@ -103,18 +111,18 @@ def _int(text: str) -> int:
     return JsonInt(text) if not -(2**63) <= value < 2**64 or str(value) != text else value  # big, or -0
 
 
-def _fragment(value: Any) -> Any:
+def _fragment(value: Json) -> Json:
     if isinstance(value, (JsonFloat, JsonInt)):
         return orjson.Fragment(value.text)
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: Json) -> bytes:
     """Compact JSON in the value's own key order, numbers as the client wrote them."""
     return orjson.dumps(value, default=_fragment, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
-def canonical(value: Any) -> bytes:
+def canonical(value: Json) -> bytes:
     """Stable bytes for hashing: sorted keys, no whitespace, null-valued keys dropped."""
     if type(value) is dict and all(type(v) is str for v in value.values()):  # a plain message: nothing to drop
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
@@ -122,7 +130,7 @@ def canonical(value: Any) -> bytes:
                         option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
-def _drop_nulls(value: Any) -> Any:
+def _drop_nulls(value: Json) -> Json:
     if isinstance(value, Mapping):
         return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
@@ -149,7 +157,7 @@ class Resent:
         self._member = member
         self._min_bytes, self._size, self._max_bytes = min_bytes, size, max_bytes
         self._bytes = 0
-        self._known: OrderedDict[bytes, Any] = OrderedDict()  # text -> its value, newest last
+        self._known: OrderedDict[bytes, Json] = OrderedDict()  # text -> its value, newest last
         self._by_prefix: dict[bytes, list[bytes]] = {}
         self._placeholder = "\x00keel-resent-" + secrets.token_hex(8)  # never a client's value
         self._marker = orjson.dumps(self._placeholder)
@@ -169,7 +177,7 @@ class Resent:
             at += 1
         return at if raw[at : at + 1] == b"[" else -1
 
-    def loads(self, raw: bytes) -> Any:
+    def loads(self, raw: bytes) -> Json:
         """`loads(raw)`, the member's value taken from memory when its text was seen before."""
         start = self._start(raw) if len(raw) >= self._min_bytes else -1
         if start < 0:
@@ -189,7 +197,7 @@ class Resent:
         self._learn(raw, start, body)
         return body
 
-    def _learn(self, raw: bytes, start: int, body: Any) -> None:
+    def _learn(self, raw: bytes, start: int, body: Json) -> None:
         value = body.get(self._member) if isinstance(body, dict) else None
         if not isinstance(value, list) or not value:
             return

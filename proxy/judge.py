@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
+from proxy.jsontext import Json, JsonObject
 from proxy.upstream import Upstream, json_headers
 
 
@@ -24,10 +24,10 @@ class JudgeError(ValueError):
 class Judgment:
     p_yes: float
     lines: list[str]  # the answer's lines (the first is the yes/no)
-    usage: Any
+    usage: Json
 
 
-def p_yes(choice: dict[str, Any]) -> float:
+def p_yes(choice: JsonObject) -> float:
     content = (choice.get("message") or {}).get("content") or ""
     tokens = (choice.get("logprobs") or {}).get("content") or []
     if tokens:

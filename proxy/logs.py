@@ -6,16 +6,17 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any
 
 import orjson
+
+from proxy.jsontext import JsonObject
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
+        data: JsonObject = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-Message = dict[str, Any]
+from proxy.jsontext import JsonObject
+
+Message = JsonObject
 
 
 def message_text(message: Message) -> str:

@@ -10,7 +10,6 @@ live workers' sum, or minimum for `keel_store_up`).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
@@ -82,7 +81,7 @@ class Metrics:
         self.judgment_cost = Counter("keel_judgment_cost_usd", "What judgments and the memory model cost, priced from "
                                      "the models table (never mixed into responses' usage)", ["tenant", "judgment"],
                                      registry=r)
-        self._children: dict[tuple[str, str, int], tuple[Any, Any, Any, Any]] = {}
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram, Counter, Counter]] = {}
 
     def observe_request(self, tenant: str, route: str, status: int, seconds: float, bytes_in: int,
                         bytes_out: int) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
 
 import orjson
 from fastapi import Response
@@ -28,6 +27,7 @@ from proxy.turn import Turn
 
 log = logging.getLogger("keel.owners")
 CREATED = b'"response.created"'
+Chunk = str | bytes | memoryview  # what a StreamingResponse body yields
 
 
 class ResponseOwners:
@@ -62,7 +62,7 @@ class ResponseOwners:
             await self._record(turn, bytes(response.body))
         return response
 
-    async def _stream(self, turn: Turn, body: AsyncIterable[Any]) -> AsyncIterator[Any]:
+    async def _stream(self, turn: Turn, body: AsyncIterable[Chunk]) -> AsyncIterator[Chunk]:
         seen: bytes | None = b""
         async for chunk in body:
             if seen is not None:

@@ -18,10 +18,12 @@ import tempfile
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.app import create_app
 from proxy.config import KeelConfig, ServerConfig, load_config, parse_config
+from proxy.jsontext import JsonObject
 from proxy.logs import configure_logging
 from proxy.standin.app import create_standin_app
 
@@ -29,7 +31,7 @@ QUICKSTART_KEY = "keel-local"
 log = logging.getLogger("keel.server")
 
 
-def describe(config: KeelConfig, host: str, port: int, workers: int) -> dict[str, Any]:
+def describe(config: KeelConfig, host: str, port: int, workers: int) -> JsonObject:
     """What a starting Keel serves: where, with which store, and each tenant's upstream and features
     (never a key)."""
     store = config.store.url
@@ -53,7 +55,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     `config.keel_header_timeout` from their first byte (or from connecting, when nothing
     arrives at all)."""
 
-    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:  # Any: uvicorn's own, passed on
         super().__init__(config, *args, **kwargs)
         self._seconds: float = getattr(config, "keel_header_timeout", 10.0)
         self._deadline: asyncio.TimerHandle | None = None
@@ -89,10 +91,11 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
 
-def uvicorn_config(app: Any, host: str, port: int, server: ServerConfig, **extra: Any) -> uvicorn.Config:
+def uvicorn_config(app: Any, host: str, port: int, server: ServerConfig,  # Any: any ASGI app, as uvicorn takes
+                   **extra: Any) -> uvicorn.Config:  # Any: uvicorn.Config's keyword arguments
     """How Keel runs under uvicorn: bounded connections, header deadline, the upstream's own
     Date and Server headers (uvicorn's would duplicate them)."""
-    options: dict[str, Any] = dict(
+    options: JsonObject = dict(
         log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=round(server.shutdown_grace_seconds),
         timeout_keep_alive=30, limit_concurrency=server.max_client_connections, server_header=False,
         date_header=False, http=HeaderDeadlineProtocol)
@@ -102,7 +105,7 @@ def uvicorn_config(app: Any, host: str, port: int, server: ServerConfig, **extra
     return config
 
 
-def app_from_env() -> Any:
+def app_from_env() -> FastAPI:
     """Factory for multi-worker runs: each worker process loads the config itself."""
     config = load_config(os.environ["KEEL_CONFIG"])
     configure_logging(config.server.log_level)
@@ -111,7 +114,7 @@ def app_from_env() -> Any:
 
 # The quickstart serves what Keel is for: every feature on (the memory model is the upstream's,
 # the stand-in playing it when there is no OpenAI key).
-QUICKSTART_FEATURES: dict[str, Any] = {
+QUICKSTART_FEATURES: JsonObject = {
     "tools": {"enabled": True},
     "context": {"stable": True},
     "memory": {"enabled": True},
@@ -122,7 +125,7 @@ QUICKSTART_FEATURES: dict[str, Any] = {
 def quickstart_config(standin_url: str | None, store_url: str, host: str, port: int) -> KeelConfig:
     """One tenant with every feature on: the real OpenAI when OPENAI_API_KEY is set, else the built-in
     stand-in. Its key `keel-local` is an admin key: it calls the API and opens /keel/."""
-    upstream: dict[str, Any]
+    upstream: JsonObject
     if standin_url is None:
         upstream = {"base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY"}
     else:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
+
+from proxy.jsontext import Json
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -32,7 +33,7 @@ class Event:
     def done(self) -> bool:
         return self.data == b"[DONE]"
 
-    def json(self) -> Any:
+    def json(self) -> Json:
         """The payload as JSON, or None when there is none or it is not JSON."""
         if not self.data or self.done:
             return None
@@ -85,5 +86,5 @@ def _data(raw: bytes) -> bytes | None:
     return b"\n".join(lines) if lines else None
 
 
-def encode_event(payload: Any) -> bytes:
+def encode_event(payload: Json) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Protocol
+from typing import Literal, NoReturn, Protocol
 
+from proxy.jsontext import JsonObject
 from proxy.memory.gate import GateResult
 from proxy.stores import Store, StoreError
 from proxy.stores.queue import DeadJob, Job, JobQueue
@@ -72,7 +73,7 @@ class FakeMemoryGate:
     error: Exception | None = None
     judged: list[str] = field(default_factory=list)
 
-    async def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+    async def judge(self, text: str, context: Sequence[JsonObject], valid_keys: Sequence[str],
                     memory: dict[str, str]) -> GateResult:
         self.judged.append(text)
         if self.delay:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tiktoken
 
 log = logging.getLogger("keel.tokens")
 
@@ -17,7 +20,7 @@ log = logging.getLogger("keel.tokens")
 class TokenCounter:
     def __init__(self, encoding: str = "o200k_base", cache_chars: int = 4_000_000) -> None:
         self.encoding_name = encoding
-        self._encoding: Any = None
+        self._encoding: tiktoken.Encoding | None = None
         self._loaded = False
         self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._cache_chars = cache_chars  # bounded by the texts' size, not their number
@@ -28,7 +31,7 @@ class TokenCounter:
         """True when real BPE counts are available, False when counts are estimates."""
         return self._load() is not None
 
-    def _load(self) -> Any:
+    def _load(self) -> tiktoken.Encoding | None:
         if not self._loaded:
             self._loaded = True
             try:

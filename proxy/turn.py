@@ -19,6 +19,7 @@ from proxy.codecs import Codec, View
 from proxy.codecs.chat import ChatCodec
 from proxy.config import TenantConfig
 from proxy.conversations import Location
+from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 from proxy.upstream import UpstreamResponse
 
@@ -38,7 +39,7 @@ class Outcome:
 class Accounting(Protocol):
     """Where a turn's usage goes once its answer is complete (see `proxy.accounting`)."""
 
-    def record(self, usage: Any, rounds: int = 0, first: Any = None, calls: Sequence[Any] = (),
+    def record(self, usage: Json, rounds: int = 0, first: Json = None, calls: Sequence[Json] = (),
                found: Sequence[str] = ()) -> Mapping[str, str]: ...
 
 
@@ -73,7 +74,7 @@ class Turn:
 
     tenant: TenantConfig
     raw: bytes
-    body: dict[str, Any]
+    body: JsonObject
     headers: Mapping[str, str]
     request_id: str
     codec: Codec = field(default_factory=ChatCodec)
@@ -82,20 +83,20 @@ class Turn:
     memory_scope: str = ""  # see `Caller.memory_scope`
     bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
     plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
-    client_messages: tuple[dict[str, Any], ...] = ()  # the client's own message objects, as parsed
+    client_messages: tuple[JsonObject, ...] = ()  # the client's own message objects, as parsed
     location: Location | None = None  # where the turn sits in its conversation (features on only)
     responder: Responder | None = None  # set by a planner that must see the response (tool_search)
     response_headers: Mapping[str, str] = field(default_factory=dict)
-    record_fields: Mapping[str, Any] = field(default_factory=dict)  # for the newest turn record, written once
-    notes: Mapping[str, Any] = field(default_factory=dict)  # why the prompt prefix may have changed (logs)
+    record_fields: Mapping[str, Json] = field(default_factory=dict)  # for the newest turn record, written once
+    notes: Mapping[str, Json] = field(default_factory=dict)  # why the prompt prefix may have changed (logs)
 
     @property
     def stream(self) -> bool:
         return bool(self.body.get("stream"))
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = self.body["messages"]
+    def messages(self) -> list[JsonObject]:
+        messages: list[JsonObject] = self.body["messages"]
         return messages
 
     @property
@@ -164,14 +165,14 @@ class Turn:
         return chain_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
                           cache_key=self.cache_key, context=context_digest, shape=self.codec.shape)
 
-    def with_body(self, body: dict[str, Any], **changes: Any) -> Turn:
+    def with_body(self, body: JsonObject, **changes: Any) -> Turn:  # Any: dataclasses.replace's field values
         return replace(self, body=body, **changes)
 
-    def with_record(self, **fields: Any) -> Turn:
+    def with_record(self, **fields: Any) -> Turn:  # Any: TurnRecord's fields, each typed there
         """Fields for the newest user message's turn record (the pipeline writes it once)."""
         return replace(self, record_fields={**self.record_fields, **fields})
 
-    def with_note(self, **notes: Any) -> Turn:
+    def with_note(self, **notes: Json) -> Turn:
         return replace(self, notes={**self.notes, **notes})
 
     def with_headers(self, **headers: str) -> Turn:
@@ -184,11 +185,11 @@ class Turn:
             return self.raw
         return encode(self.wire_body())
 
-    def wire_body(self, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def wire_body(self, body: JsonObject | None = None) -> JsonObject:
         """A view body (this turn's, or one derived from it) in the client's API shape."""
         body = self.body if body is None else body
         return self.codec.render(body, self.view) if self.view is not None else body
 
 
-def encode(body: dict[str, Any]) -> bytes:
+def encode(body: JsonObject) -> bytes:
     return jsontext.dumps(body)

@@ -13,10 +13,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from proxy.jsontext import Json
 
 
-def _int(value: Any) -> int:
+def _int(value: Json) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
@@ -37,7 +38,7 @@ class Usage:
                      self.output + other.output)
 
     @classmethod
-    def read(cls, usage: Any, shape: str | None = None) -> Usage | None:
+    def read(cls, usage: Json, shape: str | None = None) -> Usage | None:
         """The usage object of an answer in any of the three shapes; None when it is not one.
         `shape` ("chat", "responses", "messages") settles what `input_tokens` means; without it,
         a usage with cache_read/cache_creation fields and input_tokens is read as Messages'."""

@@ -20,7 +20,9 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
+
+from proxy.jsontext import Json, JsonObject
 
 T = TypeVar("T")
 KEEL = "_keel"  # a key on view objects that only Keel reads (where an object came from); never rendered
@@ -30,12 +32,12 @@ KEEL = "_keel"  # a key on view objects that only Keel reads (where an object ca
 class View:
     """The wire-neutral body a codec made, and where each of its objects came from."""
 
-    body: dict[str, Any]  # Chat-Completions-shaped: the planners' view
-    wire: dict[str, Any]  # the client's body as parsed
-    origin: dict[int, Any] = field(default_factory=dict)  # id(view object) -> the client's object it stands for
-    keep: tuple[Any, ...] = ()  # the view objects themselves, so their ids stay theirs while the turn lives
+    body: JsonObject  # Chat-Completions-shaped: the planners' view
+    wire: JsonObject  # the client's body as parsed
+    origin: dict[int, Json] = field(default_factory=dict)  # id(view object) -> the client's object it stands for
+    keep: tuple[Json, ...] = ()  # the view objects themselves, so their ids stay theirs while the turn lives
 
-    def original(self, value: Any) -> Any | None:
+    def original(self, value: Json) -> Json | None:
         """The client's object behind a view object the planners did not replace, else None."""
         return self.origin.get(id(value))
 
@@ -44,11 +46,11 @@ class Codec(Protocol):
     shape: str  # chat | responses | messages
     stream_end: re.Pattern[bytes]  # what a whole event stream of this shape ends with
 
-    def view(self, wire: dict[str, Any]) -> View:
+    def view(self, wire: JsonObject) -> View:
         """The planners' view of a client body (raises ValueError for a body of another shape)."""
         ...
 
-    def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
+    def render(self, body: JsonObject, view: View) -> JsonObject:
         """The wire body for a planned view: unchanged objects as the client sent them."""
         ...
 
@@ -57,10 +59,10 @@ class Origins:
     """Builds a view's origin table: `take(view_object, client_object)` remembers the pair."""
 
     def __init__(self) -> None:
-        self.origin: dict[int, Any] = {}
-        self.keep: list[Any] = []
+        self.origin: dict[int, Json] = {}
+        self.keep: list[Json] = []
 
-    def take(self, mine: T, theirs: Any) -> T:
+    def take(self, mine: T, theirs: Json) -> T:
         self.origin[id(mine)] = theirs
         self.keep.append(mine)
         return mine
@@ -73,9 +75,9 @@ class ToolViews:
 
     def __init__(self, size: int = 32) -> None:
         self._size = size
-        self._views: OrderedDict[int, tuple[list[Any], list[Any], dict[int, Any]]] = OrderedDict()
+        self._views: OrderedDict[int, tuple[list[Json], list[Json], dict[int, Json]]] = OrderedDict()
 
-    def view(self, tools: list[Any], convert: Callable[[Any], Any | None], take: Origins) -> list[Any]:
+    def view(self, tools: list[Json], convert: Callable[[Json], Json | None], take: Origins) -> list[Json]:
         """`convert(tool)` for each tool it takes (None: left out), each pair remembered in `take`."""
         found = self._views.get(id(tools))
         if found is None or found[0] is not tools:
@@ -91,7 +93,7 @@ class ToolViews:
         return found[1]
 
 
-def strip_keel(value: Any) -> Any:
+def strip_keel(value: Json) -> Json:
     """A view object as it may go on the wire: without Keel's own bookkeeping keys."""
     if isinstance(value, dict):
         return {k: strip_keel(v) for k, v in value.items() if k != KEEL}
@@ -100,19 +102,19 @@ def strip_keel(value: Any) -> Any:
     return value
 
 
-def view_tools(tools: list[Any], own: Callable[[Any], bool], to_view: Callable[[dict[str, Any]], dict[str, Any]],
-               take: Origins, views: ToolViews) -> dict[str, list[Any]]:
+def view_tools(tools: list[Json], own: Callable[[Json], bool], to_view: Callable[[JsonObject], JsonObject],
+               take: Origins, views: ToolViews) -> dict[str, list[Json]]:
     """A shape's tools in the view: its function tools as chat function tools (`tools`, made once
     per array object), the rest (server, hosted, custom tools) as sent (`foreign_tools`, only
     when there are any)."""
-    out: dict[str, list[Any]] = {"tools": views.view(tools, lambda t: to_view(t) if own(t) else None, take)}
+    out: dict[str, list[Json]] = {"tools": views.view(tools, lambda t: to_view(t) if own(t) else None, take)}
     if len(out["tools"]) != len(tools):
         out["foreign_tools"] = [t for t in tools if not own(t)]
     return out
 
 
-def render_tools(body: dict[str, Any], view: View, own: Callable[[Any], bool],
-                 to_wire: Callable[[dict[str, Any]], Any]) -> list[Any] | None:
+def render_tools(body: JsonObject, view: View, own: Callable[[Json], bool],
+                 to_wire: Callable[[JsonObject], Json]) -> list[Json] | None:
     """The wire tools for a planned view body: foreign tools first (as sent, less any a planner
     dropped), then the function tools; None when both are the client's, as sent."""
     dropped = body.get("foreign_tools") is not view.body.get("foreign_tools")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from proxy.codecs import View
+from proxy.jsontext import JsonObject
 
 
 class ChatCodec:
     shape = "chat"
     stream_end = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\]")
 
-    def view(self, wire: dict[str, Any]) -> View:
+    def view(self, wire: JsonObject) -> View:
         messages = wire.get("messages")
         if not isinstance(messages, list):
             raise ValueError("'messages' must be a list of message objects")
@@ -20,5 +20,5 @@ class ChatCodec:
             raise ValueError("every entry of 'messages' must be an object")
         return View(wire, wire)
 
-    def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
+    def render(self, body: JsonObject, view: View) -> JsonObject:
         return body

@@ -18,14 +18,14 @@ exactly one client message, unchanged, goes back as the client sent it.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from proxy import jsontext
 from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_tools
+from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 
 
-def _part(block: Any, take: Origins) -> Any:
+def _part(block: Json, take: Origins) -> Json:
     if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
         part = {"type": "text", "text": block["text"]}
         if "cache_control" in block:
@@ -34,12 +34,12 @@ def _part(block: Any, take: Origins) -> Any:
     return take.take({"type": "opaque", KEEL: "part", "part": block}, block)
 
 
-def _user(message: dict[str, Any], group: int, take: Origins) -> list[dict[str, Any]]:
+def _user(message: JsonObject, group: int, take: Origins) -> list[JsonObject]:
     content = message.get("content")
     if not isinstance(content, list):
         return [take.take({"role": message["role"], "content": content, KEEL: f"g{group}"}, message)]
-    out: list[dict[str, Any]] = []
-    rest: list[Any] = []
+    out: list[JsonObject] = []
+    rest: list[Json] = []
     for block in content:
         if isinstance(block, dict) and block.get("type") == "tool_result":
             result = block.get("content")
@@ -54,7 +54,7 @@ def _user(message: dict[str, Any], group: int, take: Origins) -> list[dict[str, 
     return out
 
 
-def _assistant(message: dict[str, Any], group: int, take: Origins) -> dict[str, Any]:
+def _assistant(message: JsonObject, group: int, take: Origins) -> JsonObject:
     content = message.get("content")
     if not isinstance(content, list):
         return take.take({"role": "assistant", "content": content, KEEL: f"g{group}"}, message)
@@ -62,32 +62,32 @@ def _assistant(message: dict[str, Any], group: int, take: Origins) -> dict[str, 
     calls = [take.take({"id": b.get("id"), "type": "function", "function": {
         "name": b.get("name"), "arguments": jsontext.dumps(b.get("input", {})).decode()}}, b)
         for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
-    view: dict[str, Any] = {"role": "assistant", "content": parts, KEEL: f"g{group}"}
+    view: JsonObject = {"role": "assistant", "content": parts, KEEL: f"g{group}"}
     if calls:
         view["tool_calls"] = calls
     return take.take(view, message)
 
 
-def assistant_message(message: dict[str, Any], take: Origins) -> dict[str, Any]:
+def assistant_message(message: JsonObject, take: Origins) -> JsonObject:
     """An assistant answer (a round's content blocks) as a view message rendered back block for block."""
     view = _assistant(message, 0, take)
     view[KEEL] = "answer"
     return view
 
 
-def function_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def function_tool(tool: JsonObject) -> JsonObject:
     """A Messages tool as a view function tool; the client's own object rides along (`_keel`), so
     a tool rendered again, in a later request too, is the client's, unknown fields and all."""
     function = {"name": tool["name"], "parameters": tool.get("input_schema", {})}
     if "description" in tool:
         function["description"] = tool["description"]
-    out: dict[str, Any] = {"type": "function", "function": function, KEEL: tool}
+    out: JsonObject = {"type": "function", "function": function, KEEL: tool}
     if "cache_control" in tool:
         out["cache_control"] = tool["cache_control"]
     return out
 
 
-def _is_custom(tool: Any) -> bool:
+def _is_custom(tool: Json) -> bool:
     return isinstance(tool, dict) and isinstance(tool.get("name"), str) and tool.get("type") in (None, "custom")
 
 
@@ -98,12 +98,12 @@ class MessagesCodec:
     def __init__(self) -> None:
         self._tools = ToolViews()
 
-    def view(self, wire: dict[str, Any]) -> View:
+    def view(self, wire: JsonObject) -> View:
         given = wire.get("messages")
         if not isinstance(given, list) or not all(isinstance(m, dict) for m in given):
             raise ValueError("'messages' must be a list of message objects")
         take = Origins()
-        messages: list[dict[str, Any]] = []
+        messages: list[JsonObject] = []
         system = wire.get("system")
         if isinstance(system, str) and system:
             messages.append(take.take({"role": "system", "content": system, KEEL: "system"}, system))
@@ -118,7 +118,7 @@ class MessagesCodec:
                 messages += _user(message, group, take)
             else:
                 messages.append(take.take({**message, KEEL: f"g{group}"}, message))
-        body: dict[str, Any] = {k: v for k, v in wire.items() if k not in ("messages", "system", "tools")}
+        body: JsonObject = {k: v for k, v in wire.items() if k not in ("messages", "system", "tools")}
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
@@ -128,7 +128,7 @@ class MessagesCodec:
             body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
         return View(body, wire, take.origin, tuple(take.keep))
 
-    def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
+    def render(self, body: JsonObject, view: View) -> JsonObject:
         wire = dict(view.wire)
         if body.get("messages") is not view.body.get("messages"):
             messages = body["messages"]
@@ -146,7 +146,7 @@ class MessagesCodec:
         return wire
 
     @staticmethod
-    def _block(part: Any, view: View) -> Any:
+    def _block(part: Json, view: View) -> Json:
         original = view.original(part)
         if original is not None and (not isinstance(part, dict) or part.get("cache_control") == (
                 original.get("cache_control") if isinstance(original, dict) else None)):
@@ -160,10 +160,10 @@ class MessagesCodec:
             return block
         return strip_keel(part)
 
-    def _system(self, messages: list[dict[str, Any]], view: View) -> Any:
+    def _system(self, messages: list[JsonObject], view: View) -> Json:
         if len(messages) == 1 and view.original(messages[0]) is not None:
             return view.original(messages[0])
-        blocks: list[Any] = []
+        blocks: list[Json] = []
         for message in messages:
             content = message.get("content")
             if isinstance(content, list):
@@ -174,9 +174,9 @@ class MessagesCodec:
             return "\n\n".join(b["text"] for b in blocks)  # plain text in, plain text out
         return blocks
 
-    def _messages(self, messages: list[dict[str, Any]], view: View) -> list[Any]:
-        out: list[Any] = []
-        run: list[dict[str, Any]] = []  # consecutive user-side view messages: one wire user message
+    def _messages(self, messages: list[JsonObject], view: View) -> list[Json]:
+        out: list[Json] = []
+        run: list[JsonObject] = []  # consecutive user-side view messages: one wire user message
 
         def flush() -> None:
             if run:
@@ -198,7 +198,7 @@ class MessagesCodec:
         flush()
         return out
 
-    def _user_message(self, run: list[dict[str, Any]], view: View) -> Any:
+    def _user_message(self, run: list[JsonObject], view: View) -> Json:
         group = run[0].get(KEEL)
         whole = [m for m in run if m.get(KEEL) == group]
         if group and len(whole) == len(run):  # one client message: as sent when nothing in it changed
@@ -208,7 +208,7 @@ class MessagesCodec:
             original = self._source(run, view)
             if parts_unchanged and original is not None:
                 return original
-        blocks: list[Any] = []
+        blocks: list[Json] = []
         for message in run:
             if message.get("role") == "tool":
                 original = view.original(message)
@@ -225,7 +225,7 @@ class MessagesCodec:
         return {"role": "user", "content": blocks}
 
     @staticmethod
-    def _source(run: list[dict[str, Any]], view: View) -> Any:
+    def _source(run: list[JsonObject], view: View) -> Json:
         """The client message a run of view messages was made from, if every one came from it."""
         group = run[0].get(KEEL)
         if not isinstance(group, str) or not group.startswith("g"):
@@ -236,11 +236,11 @@ class MessagesCodec:
         count = sum(1 for m in view.body["messages"] if m.get(KEEL) == group)
         return source if count == len(run) else None
 
-    def _assistant_message(self, message: dict[str, Any], view: View) -> dict[str, Any]:
+    def _assistant_message(self, message: JsonObject, view: View) -> JsonObject:
         content = message.get("content")
         if isinstance(content, list) and message.get(KEEL):  # made from a client message: its blocks, in order
             return {"role": "assistant", "content": [self._block(p, view) for p in content]}
-        blocks: list[Any] = [{"type": "text", "text": content}] if isinstance(content, str) and content else []
+        blocks: list[Json] = [{"type": "text", "text": content}] if isinstance(content, str) and content else []
         for call in message.get("tool_calls") or []:
             original = view.original(call)
             if original is not None:
@@ -256,7 +256,7 @@ class MessagesCodec:
         return {"role": "assistant", "content": blocks}
 
     @staticmethod
-    def _tool(tool: dict[str, Any], view: View) -> Any:
+    def _tool(tool: JsonObject, view: View) -> Json:
         client = tool.get(KEEL)
         if isinstance(client, dict):  # the client's tool, with the breakpoint a planner set or removed
             if tool.get("cache_control") == client.get("cache_control"):
@@ -266,7 +266,7 @@ class MessagesCodec:
                 out["cache_control"] = tool["cache_control"]
             return out
         function = tool.get("function") or {}
-        made: dict[str, Any] = {"name": function.get("name")}
+        made: JsonObject = {"name": function.get("name")}
         if "description" in function:
             made["description"] = function["description"]
         made["input_schema"] = function.get("parameters", {"type": "object"})

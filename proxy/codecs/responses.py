@@ -15,36 +15,36 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_tools
+from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 
 ITEM = "item"  # the view role of an input item the planners leave alone
 
 
-def _part(part: Any, take: Origins) -> Any:
+def _part(part: Json, take: Origins) -> Json:
     if isinstance(part, dict) and part.get("type") in ("input_text", "output_text") and isinstance(part.get("text"), str):
         return take.take({"type": "text", "text": part["text"]}, part)
     return take.take({"type": "opaque", KEEL: "part", "part": part}, part)
 
 
-def _content(content: Any, take: Origins) -> Any:
+def _content(content: Json, take: Origins) -> Json:
     if isinstance(content, list):
         return [_part(p, take) for p in content]
     return content
 
 
-def _answer_part(item: dict[str, Any]) -> bool:
+def _answer_part(item: JsonObject) -> bool:
     """Is this item part of an assistant answer (its text, or a call it makes)?"""
     kind = item.get("type", "message")
     return (kind == "message" and item.get("role") == "assistant") or kind in ("function_call", "custom_tool_call")
 
 
-def item_messages(items: list[dict[str, Any]], take: Origins) -> list[dict[str, Any]]:
+def item_messages(items: list[JsonObject], take: Origins) -> list[JsonObject]:
     """Input or output items as view messages, an answer's items in a row as one message."""
-    out: list[dict[str, Any]] = []
-    run: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
+    run: list[JsonObject] = []
     for item in [*items, {"type": "end"}]:
         if _answer_part(item):
             run.append(item)
@@ -57,9 +57,9 @@ def item_messages(items: list[dict[str, Any]], take: Origins) -> list[dict[str, 
     return out
 
 
-def _answer(items: list[dict[str, Any]], take: Origins) -> dict[str, Any]:
-    parts: list[Any] = []
-    calls: list[dict[str, Any]] = []
+def _answer(items: list[JsonObject], take: Origins) -> JsonObject:
+    parts: list[Json] = []
+    calls: list[JsonObject] = []
     for item in items:
         kind = item.get("type", "message")
         if kind == "message":
@@ -71,14 +71,14 @@ def _answer(items: list[dict[str, Any]], take: Origins) -> dict[str, Any]:
         calls.append(take.take({"id": item.get("call_id"), "type": "function" if kind == "function_call" else "custom",
                                 "function": {"name": item.get("name"), "arguments": arguments}}, item))
     texts = [p for p in parts if p.get("type") == "text"]
-    content: Any = "".join(p["text"] for p in texts) if len(texts) == len(parts) else parts
-    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    content: Json = "".join(p["text"] for p in texts) if len(texts) == len(parts) else parts
+    message: JsonObject = {"role": "assistant", "content": content or None}
     if calls:
         message["tool_calls"] = calls
     return take.take(message, items)
 
 
-def _message(item: dict[str, Any], take: Origins) -> dict[str, Any]:
+def _message(item: JsonObject, take: Origins) -> JsonObject:
     kind = item.get("type", "message")
     if kind == "message" and isinstance(item.get("role"), str):
         return take.take({"role": item["role"], "content": _content(item.get("content"), take)}, item)
@@ -89,12 +89,12 @@ def _message(item: dict[str, Any], take: Origins) -> dict[str, Any]:
     return take.take({"role": ITEM, ITEM: item}, item)
 
 
-def _is_function(tool: Any) -> bool:
+def _is_function(tool: Json) -> bool:
     """A function tool Keel can plan around (hosted, custom and namespace tools ride along as sent)."""
     return isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str)
 
 
-def function_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def function_tool(tool: JsonObject) -> JsonObject:
     """A flat Responses function tool as the view's `{"type": "function", "function": {...}}`; the
     client's own object rides along (`_keel`), so it is rendered as sent in later requests too."""
     function = {k: v for k, v in tool.items() if k != "type"}
@@ -109,9 +109,9 @@ class ResponsesCodec:
     def __init__(self) -> None:
         self._tools = ToolViews()
 
-    def view(self, wire: dict[str, Any]) -> View:
+    def view(self, wire: JsonObject) -> View:
         take = Origins()
-        messages: list[dict[str, Any]] = []
+        messages: list[JsonObject] = []
         instructions = wire.get("instructions")
         if isinstance(instructions, str) and instructions:
             messages.append(take.take({"role": "system", "content": instructions, KEEL: "instructions"}, instructions))
@@ -124,7 +124,7 @@ class ResponsesCodec:
             messages += item_messages(given, take)
         elif given is not None:
             raise ValueError("'input' must be a string or a list of items")
-        body: dict[str, Any] = {k: v for k, v in wire.items() if k not in ("input", "instructions", "tools")}
+        body: JsonObject = {k: v for k, v in wire.items() if k not in ("input", "instructions", "tools")}
         body["messages"] = messages
         tools = wire.get("tools")
         if isinstance(tools, list):
@@ -134,7 +134,7 @@ class ResponsesCodec:
             body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
         return View(body, wire, take.origin, tuple(take.keep))
 
-    def render(self, body: dict[str, Any], view: View) -> dict[str, Any]:
+    def render(self, body: JsonObject, view: View) -> JsonObject:
         wire = dict(view.wire)
         if body.get("messages") is not view.body.get("messages"):
             instructions = [m for m in body["messages"] if m.get(KEEL) in ("instructions", "front")]
@@ -156,7 +156,7 @@ class ResponsesCodec:
             wire["previous_response_id"] = body["previous_response_id"]
         return wire
 
-    def _items(self, message: dict[str, Any], view: View) -> list[Any]:
+    def _items(self, message: JsonObject, view: View) -> list[Json]:
         kept = view.original(message)
         if kept is not None:
             return list(kept) if isinstance(kept, list) else [kept]
@@ -166,7 +166,7 @@ class ResponsesCodec:
         if role == "tool":
             return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
                      "output": message_text(message)}]
-        out: list[Any] = []
+        out: list[Json] = []
         content = message.get("content")
         if content not in (None, "", []):
             kind = "output_text" if role == "assistant" else "input_text"
@@ -187,7 +187,7 @@ class ResponsesCodec:
         return out
 
     @staticmethod
-    def _part(part: dict[str, Any], view: View, kind: str) -> Any:
+    def _part(part: JsonObject, view: View, kind: str) -> Json:
         original = view.original(part)
         if original is not None:
             return original
@@ -198,7 +198,7 @@ class ResponsesCodec:
         return strip_keel(part)
 
     @staticmethod
-    def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    def _tool(tool: JsonObject) -> JsonObject:
         """A view function tool as a flat Responses tool: the client's own, or Keel's (tool_search)."""
         client = tool.get(KEEL)
         if isinstance(client, dict):

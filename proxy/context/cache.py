@@ -13,8 +13,8 @@ that requests of one conversation land on the same cache.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
+from proxy.jsontext import Json, JsonObject
 from proxy.turn import Turn
 
 MAX_BREAKPOINTS = 4
@@ -30,18 +30,18 @@ def takes_cache_control(request: Turn) -> bool:
     return kind == "anthropic-compatible" or (kind == "openrouter" and ("claude" in model or "anthropic" in model))
 
 
-def _marks(message: dict[str, Any]) -> int:
+def _marks(message: JsonObject) -> int:
     content = message.get("content")
     return sum(1 for p in content if isinstance(p, dict) and "cache_control" in p) if isinstance(content, list) else 0
 
 
-def _client_marks(body: dict[str, Any]) -> int:
+def _client_marks(body: JsonObject) -> int:
     """Breakpoints the client set itself (kept: Keel adds its own only up to the limit)."""
     tools = sum(1 for t in body.get("tools") or [] if isinstance(t, dict) and "cache_control" in t)
     return tools + sum(_marks(m) for m in body.get("messages") or [] if isinstance(m, dict))
 
 
-def _marked_message(message: dict[str, Any], marker: dict[str, Any]) -> dict[str, Any] | None:
+def _marked_message(message: JsonObject, marker: JsonObject) -> JsonObject | None:
     """The message with a breakpoint on its last text part, or None if it has no text."""
     content = message.get("content")
     if isinstance(content, str) and content:
@@ -51,7 +51,7 @@ def _marked_message(message: dict[str, Any], marker: dict[str, Any]) -> dict[str
     return None
 
 
-def _chars(value: Any) -> int:
+def _chars(value: Json) -> int:
     if isinstance(value, str):
         return len(value)
     if isinstance(value, dict):
@@ -80,9 +80,9 @@ class CachePlanner:
             body = self._breakpoints(body, request)
         return request if body is request.body else request.with_body(body)
 
-    def _breakpoints(self, body: dict[str, Any], request: Turn) -> dict[str, Any]:
+    def _breakpoints(self, body: JsonObject, request: Turn) -> JsonObject:
         cache = request.tenant.cache
-        marker: dict[str, Any] = {"type": "ephemeral", **({"ttl": cache.ttl} if cache.ttl else {})}
+        marker: JsonObject = {"type": "ephemeral", **({"ttl": cache.ttl} if cache.ttl else {})}
         min_chars = cache.min_tokens * 4  # ~4 characters per token, on the safe side of the minimum
         tools = list(body.get("tools") or [])
         messages = list(body["messages"])

@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from proxy import jsontext
 from proxy.codecs import KEEL
 from proxy.context.update import Sampler, State, diff, prepend_updates
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
+from proxy.jsontext import JsonObject
 from proxy.memory.book import MemoryBook
 from proxy.memory.worker import memory_user
 from proxy.messages import message_text
@@ -54,7 +54,7 @@ def keel_context(date: str | None, memory: dict[str, str] | None) -> str:
     return "<keel_context>\n" + "\n".join(parts) + "\n</keel_context>" if parts else ""
 
 
-def leading_context(messages: list[dict[str, Any]]) -> int:
+def leading_context(messages: list[JsonObject]) -> int:
     """How many messages open the conversation as context (system/developer): the frozen front.
     Later system messages stay where the client put them."""
     for i, message in enumerate(messages):
@@ -63,7 +63,7 @@ def leading_context(messages: list[dict[str, Any]]) -> int:
     return len(messages)
 
 
-def render_front(anchor: SegmentAnchor, with_memory: bool = True, marker: str | None = None) -> list[dict[str, Any]]:
+def render_front(anchor: SegmentAnchor, with_memory: bool = True, marker: str | None = None) -> list[JsonObject]:
     """The anchor's front as sent upstream: the client's messages as they were at the segment's
     start, Keel's context appended to the last of them (a new text part after the client's own
     parts, so a breakpoint the client set still ends its own prefix)."""
@@ -123,7 +123,7 @@ class ContextPlanner:
 
         updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
         newest = location.chain.newest_user
-        fields: dict[str, Any] = {}
+        fields: JsonObject = {}
         if location.kind is not TurnKind.REGENERATED and newest is not None:  # a regeneration renders what it stored
             sent_at = now.strftime("%Y-%m-%d %H:%M %Z") if cfg.message_timestamps else None
             update = diff(known, current, sent_at)
@@ -146,7 +146,7 @@ class ContextPlanner:
                     return known
         return anchor_state
 
-    async def _anchor(self, location: Location, front: list[dict[str, Any]], date: str | None, state: State,
+    async def _anchor(self, location: Location, front: list[JsonObject], date: str | None, state: State,
                       created: float, scope: str) -> tuple[SegmentAnchor, State, bool]:
         """The segment's anchor with its state as `diff` reads it, and whether it had been lost
         (re-anchoring costs the cache once). Its front and state are stored by reference."""

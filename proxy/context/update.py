@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any
 
 from proxy import jsontext
 from proxy.blobs import Blobs
 from proxy.context.sections import mask, split_sections
+from proxy.jsontext import JsonObject
 from proxy.turn import Turn
 
-State = dict[str, Any]
+State = JsonObject
 
 PREAMBLE = (
     "These are changes to your instructions since earlier in this conversation. "
@@ -131,8 +131,8 @@ def _known_sections(blob: bytes) -> State:
     return {"sections": data["masked"], "masked": data["masked"], "order": data["order"]}
 
 
-def prepend_updates(request: Turn, messages: list[dict[str, Any]],
-                    updates: dict[str, str]) -> tuple[list[dict[str, Any]], Turn]:
+def prepend_updates(request: Turn, messages: list[JsonObject],
+                    updates: dict[str, str]) -> tuple[list[JsonObject], Turn]:
     """Put each stored update (by the user message's chain hash) at the start of its message.
 
     Client messages are found by identity (`request.client_messages`), so earlier planners
@@ -154,7 +154,7 @@ def prepend_updates(request: Turn, messages: list[dict[str, Any]],
     return rendered, replace(request, client_messages=tuple(client))
 
 
-def with_update(message: dict[str, Any], update: str) -> dict[str, Any]:
+def with_update(message: JsonObject, update: str) -> JsonObject:
     """The user message with the update block at the start of its content (a new dict)."""
     content = message.get("content")
     if isinstance(content, list):

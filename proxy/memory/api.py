@@ -13,7 +13,7 @@ Nobody reaches another tenant's memory. A store that does not answer is a 503.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -111,7 +111,10 @@ class MemoryApi:
         return _json({"dead": out})
 
 
-async def _store(work: Awaitable[Any]) -> Any:
+T = TypeVar("T")
+
+
+async def _store(work: Awaitable[T]) -> T:
     try:
         return await work
     except StoreError as exc:

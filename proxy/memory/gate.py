@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from proxy.jsontext import JsonObject
 from proxy.memory import phrases
 from proxy.messages import message_text
 from proxy.tools.text import language
@@ -41,11 +42,11 @@ class GateResult:
 class MemoryGate(Protocol):
     """One judgment: does the newest user message ask to remember, update or forget something?"""
 
-    async def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+    async def judge(self, text: str, context: Sequence[JsonObject], valid_keys: Sequence[str],
                     memory: dict[str, str]) -> GateResult: ...
 
 
-def newest_window(messages: Sequence[dict[str, Any]], context_messages: int) -> tuple[str, list[dict[str, Any]]]:
+def newest_window(messages: Sequence[JsonObject], context_messages: int) -> tuple[str, list[JsonObject]]:
     """The newest user message's text and the few messages before it (context only)."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].get("role") == "user":
@@ -56,11 +57,11 @@ def newest_window(messages: Sequence[dict[str, Any]], context_messages: int) -> 
 class LexicalMemoryGate:
     """No network, no model: patterns over the newest message, with its context for confirmations."""
 
-    async def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+    async def judge(self, text: str, context: Sequence[JsonObject], valid_keys: Sequence[str],
                     memory: dict[str, str]) -> GateResult:
         return self.judge_now(text, context, valid_keys, memory)
 
-    def judge_now(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+    def judge_now(self, text: str, context: Sequence[JsonObject], valid_keys: Sequence[str],
                   memory: dict[str, str]) -> GateResult:
         if not text.strip():
             return GateResult(NO)
@@ -83,7 +84,7 @@ def _found(table: dict[str, re.Pattern[str] | None], lang: str, text: str) -> re
     return pattern.search(text) if pattern else None
 
 
-def asks(text: str, context: Sequence[dict[str, Any]]) -> bool:
+def asks(text: str, context: Sequence[JsonObject]) -> bool:
     """An explicit request about the user: to be called something, an update, or to keep or
     forget something the user says of themself, in any of the languages (each language's verbs
     with its own first-person words, so a short or mixed message needs no language guess)."""
@@ -94,7 +95,7 @@ def asks(text: str, context: Sequence[dict[str, Any]]) -> bool:
     return any(_asks_in(text, lang, context) for lang in phrases.LANGUAGES)
 
 
-def _asks_in(text: str, lang: str, context: Sequence[dict[str, Any]]) -> bool:
+def _asks_in(text: str, lang: str, context: Sequence[JsonObject]) -> bool:
     if _found(phrases.CALL_ME, lang, text) or _found(phrases.UPDATE, lang, text):
         return True
     first_person = lang in phrases.PRO_DROP or _found(phrases.FIRST_PERSON, lang, text) is not None
@@ -119,7 +120,7 @@ def _imperative(before: str) -> bool:
     return bool(_IMPERATIVE_EN.search(before))
 
 
-def confirms(text: str, context: Sequence[dict[str, Any]]) -> bool:
+def confirms(text: str, context: Sequence[JsonObject]) -> bool:
     """A short yes to the assistant's offer to remember something, in any of the languages."""
     if len(text) > 80 or phrases.NO.search(text) or not phrases.YES.search(text):
         return False

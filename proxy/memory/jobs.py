@@ -10,9 +10,9 @@ lost lease applies the same operations instead of asking the model again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from proxy import jsontext
+from proxy.jsontext import JsonObject
 from proxy.stores import Store, key
 from proxy.stores.queue import DeadJob, Job, JobQueue
 
@@ -31,11 +31,11 @@ class MemoryJob:
     tenant: str
     owner: str  # whose memory: the end user (under the caller's credential for passthrough tenants)
     chain_hash: str  # the judged user message: the job's id
-    window: list[dict[str, Any]]  # the newest user message and the few before it
+    window: list[JsonObject]  # the newest user message and the few before it
     queued_at: float
     ops: list[MemoryOp] | None = None  # the memory model's answer, once it has run
     gate: str = ""  # the gate's decision, once made: run | skip | failed
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     @property
     def queue(self) -> str:

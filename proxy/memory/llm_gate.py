@@ -8,9 +8,9 @@ the `valid_keys` category and whether this updates an existing entry: no extra r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from proxy.config import TenantConfig
+from proxy.jsontext import Json, JsonObject
 from proxy.judge import ask
 from proxy.memory.gate import GateResult
 from proxy.messages import message_text
@@ -21,9 +21,9 @@ class LlmMemoryGate:
     def __init__(self, upstream: Upstream, tenant: TenantConfig) -> None:
         self.upstream = upstream
         self.tenant = tenant
-        self.usage: Any = None  # the last judgment's usage, for accounting
+        self.usage: Json = None  # the last judgment's usage, for accounting
 
-    async def judge(self, text: str, context: Sequence[dict[str, Any]], valid_keys: Sequence[str],
+    async def judge(self, text: str, context: Sequence[JsonObject], valid_keys: Sequence[str],
                     memory: dict[str, str]) -> GateResult:
         cfg = self.tenant.memory
         earlier = "\n".join(f"{m.get('role')}: {message_text(m)}" for m in context)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from proxy import jsontext
 from proxy.config import TenantConfig
+from proxy.jsontext import Json, JsonObject
 from proxy.upstream import Upstream, json_headers
 
 TOOLS = [
@@ -26,7 +25,7 @@ class MemoryModelError(Exception):
 
 
 async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dict[str, str],
-                           window: list[dict[str, Any]], hint: str | None) -> tuple[list[tuple[str, str, str]], Any]:
+                           window: list[JsonObject], hint: str | None) -> tuple[list[tuple[str, str, str]], Json]:
     """Ask the memory model what to change; returns [(op, key, value)] and its usage."""
     cfg = tenant.memory
     current = "\n".join(f"- {k}: {v}" for k, v in sorted(memory.items())) or "(empty)"

@@ -19,10 +19,10 @@ import os
 import socket
 import time
 import uuid
-from typing import Any
 
 from proxy.config import KeelConfig, TenantConfig
 from proxy.conversations import TurnKind
+from proxy.jsontext import Json
 from proxy.memory.book import Limits, MemoryBook, MemoryLimitError
 from proxy.memory.gate import GateResult, LexicalMemoryGate, MemoryGate, newest_window
 from proxy.memory.jobs import MemoryJob, MemoryJobs, MemoryOp
@@ -186,7 +186,7 @@ class MemoryWorker:
         if exc is not None:
             log.warning(f"memory_job_{outcome}", extra={"tenant": tenant, "error": repr(exc)})
 
-    def _price(self, tenant: TenantConfig, judgment: str, usage: Any) -> float:
+    def _price(self, tenant: TenantConfig, judgment: str, usage: Json) -> float:
         """Record a judgment's cost, priced from the models table (never mixed into a response's usage)."""
         cost = tenant.tools.judgment_cost(tenant.memory.model, usage)
         if cost is not None:
@@ -200,7 +200,7 @@ class MemoryWorker:
             self.ledger.spawn(self.ledger.memory(tenant.id, outcome, usd, estimate))
 
     @staticmethod
-    def _skipped_run(tenant: TenantConfig, memory: Any, window: list[Any]) -> float:
+    def _skipped_run(tenant: TenantConfig, memory: object, window: list[Json]) -> float:
         """What the memory model would have cost on this message: its prompt (instructions, memory,
         the messages) estimated at 4 characters a token, and a short answer."""
         chars = len(tenant.memory.instructions) + len(str(memory or "")) + len(str(window)) + 800  # + its tools

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from proxy.errors import ProxyError
+from proxy.jsontext import Json, JsonObject
+from proxy.messages import Message
 from proxy.sse import Event
 from proxy.tools.search import CALL_TOOL, SEARCH_TOOL
 from proxy.upstream import UpstreamResponse, header
-
-Message = dict[str, Any]
 
 
 class BrokenUpstreamError(ProxyError):
@@ -40,15 +40,15 @@ def retry_after(response: UpstreamResponse) -> str:
     return f" (retry after {value} s)" if value else ""
 
 
-def is_search(call: Any) -> bool:
+def is_search(call: Json) -> bool:
     return isinstance(call, dict) and (call.get("function") or {}).get("name") == SEARCH_TOOL
 
 
-def is_generic(call: Any) -> bool:
+def is_generic(call: Json) -> bool:
     return isinstance(call, dict) and (call.get("function") or {}).get("name") == CALL_TOOL
 
 
-def add_usage(total: Any, usage: Any) -> Any:
+def add_usage(total: Json, usage: Json) -> Json:
     """Sum two usage objects leaf by leaf (numbers add; nested details merge)."""
     if not isinstance(usage, dict):
         return total
@@ -66,7 +66,7 @@ def add_usage(total: Any, usage: Any) -> Any:
     return total
 
 
-def well_formed_calls(calls: Any) -> bool:
+def well_formed_calls(calls: Json) -> bool:
     """View tool calls Keel can answer or rewrite: objects with a string id and a function whose
     name and arguments are strings. Anything else is the upstream's own business."""
     return isinstance(calls, list) and all(
@@ -79,12 +79,12 @@ def well_formed_calls(calls: Any) -> bool:
 class Round:
     """One upstream answer, read whole: what the loop needs to decide and to continue."""
 
-    data: Any  # the answer as parsed, in its shape (rewritten for the client at the end)
+    data: Json  # the answer as parsed, in its shape (rewritten for the client at the end)
     calls: list[Message]  # its tool calls, as view calls
     assistant: list[Message]  # view messages to send back when continuing (the answer as produced)
     shown: Message  # the answer as one view message (its text and calls): what the client keeps
-    usage: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    usage: Json = None
+    extra: JsonObject = field(default_factory=dict)
 
 
 class JsonFraming(Protocol):
@@ -92,7 +92,7 @@ class JsonFraming(Protocol):
         """The answer as a round, or None when it is not an answer Keel can read (relayed as sent)."""
         ...
 
-    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Any) -> bytes:
+    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Json) -> bytes:
         """The client's answer: the last round with only the calls `keep` accepts, `finish` as its
         stop reason when Keel ended the turn after answering searches ("tool_calls" when the
         client has calls of its own to make, else "stop"), usage summed over the rounds."""
@@ -105,7 +105,7 @@ class StreamFraming(Protocol):
     error: bool  # the upstream sent an error event: it was relayed, stop
     finished: bool  # this round's stream ended as a whole answer does
     own_calls: list[Message]  # the client's calls forwarded so far, all rounds
-    usage: Any
+    usage: Json
 
     def feed(self, event: Event) -> bytes | None:
         """What of one upstream event goes to the client now (None: nothing)."""
@@ -128,7 +128,7 @@ class StreamFraming(Protocol):
         """Events for generic `call_tool` calls rewritten to the client's own (chat only)."""
         ...
 
-    def take_dispatched(self) -> dict[str, Any]: ...
+    def take_dispatched(self) -> JsonObject: ...
 
     def next_round(self) -> None: ...
 

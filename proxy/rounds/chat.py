@@ -5,16 +5,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from proxy import jsontext
-from proxy.rounds import Message, Round, add_usage, is_generic, is_search, well_formed_calls
+from proxy.jsontext import Json, JsonObject
+from proxy.messages import Message
+from proxy.rounds import Round, add_usage, is_generic, is_search, well_formed_calls
 from proxy.rounds.loop import real_call, to_real_calls
 from proxy.sse import Event, encode_event
 from proxy.tools.catalog import Catalog
 
 
-def chat_message(data: Any) -> Message | None:
+def chat_message(data: Json) -> Message | None:
     """`choices[0].message` of a chat completion, or None when the body is not one."""
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -28,7 +29,7 @@ class ChatJson:
 
     def __init__(self, catalog: Catalog | None = None) -> None:
         self.catalog = catalog
-        self.dispatched: dict[str, Any] = {}
+        self.dispatched: JsonObject = {}
 
     def read(self, raw: bytes) -> Round | None:
         try:
@@ -41,7 +42,7 @@ class ChatJson:
             return None
         return Round(data, list(calls or []), [message], message, data.get("usage"))
 
-    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Any) -> bytes:
+    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Json) -> bytes:
         data = last.data
         message = last.shown
         calls = [c for c in message.get("tool_calls") or [] if keep(c)]
@@ -77,11 +78,11 @@ class ChatStream:
     finish: str | None = None
     finished: bool = False  # this round's upstream stream said it was done (a finish_reason)
     saw_done: bool = False  # this round's upstream stream ended with `data: [DONE]`
-    usage: Any = None
+    usage: Json = None
     held: list[bytes] = field(default_factory=list)  # round-0 closing events, replayed if nothing changed
     error: bool = False
-    catalog: Any = None  # set in dispatch mode: generic call_tool calls are withheld and sent as real calls
-    dispatched: dict[str, Any] = field(default_factory=dict)
+    catalog: Catalog | None = None  # set in dispatch mode: generic call_tool calls are withheld and sent as real calls
+    dispatched: JsonObject = field(default_factory=dict)
 
     def withheld(self, call: Message) -> bool:
         return is_search(call) or (self.catalog is not None and is_generic(call))
@@ -105,7 +106,7 @@ class ChatStream:
     def conclude(self, tool_calls: bool) -> None:
         self.finish = "tool_calls" if tool_calls else "stop"
 
-    def take_dispatched(self) -> dict[str, Any]:
+    def take_dispatched(self) -> JsonObject:
         taken, self.dispatched = self.dispatched, {}
         return taken
 
@@ -178,7 +179,7 @@ class ChatStream:
         return encode_event({**data, "id": self.first_id, "choices": [choice], **({"usage": None} if "usage" in data
                                                                                   else {})})
 
-    def _tool_deltas(self, deltas: list[Any]) -> list[Any]:
+    def _tool_deltas(self, deltas: list[Json]) -> list[Json]:
         kept = []
         for delta in deltas:
             if not isinstance(delta, dict):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from proxy.config import ToolsConfig
-from proxy.rounds import Message, is_generic
+from proxy.jsontext import JsonObject
+from proxy.messages import Message
+from proxy.rounds import is_generic
 from proxy.tools.catalog import Catalog
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
@@ -21,7 +22,7 @@ class Loop:
 
     plan: ToolPlan
     config: ToolsConfig
-    body: dict[str, Any]
+    body: JsonObject
     surfaced: list[str]
     deferred: list[str]
     before: list[Message] = field(default_factory=list)
@@ -84,7 +85,7 @@ def real_call(call: Message, catalog: Catalog) -> Message | None:
     return {"id": call.get("id"), "type": "function", "function": {"name": args["name"], "arguments": text}}
 
 
-def to_real_calls(message: Message, catalog: Catalog) -> tuple[Message, dict[str, Any]]:
+def to_real_calls(message: Message, catalog: Catalog) -> tuple[Message, JsonObject]:
     """The message with generic calls rewritten to real ones, and the generic form of each by id."""
     calls = message.get("tool_calls") or []
     if not any(is_generic(c) for c in calls):

@@ -11,22 +11,23 @@ input), so a continued call sends the answer back exactly as the model produced 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 
 from proxy import jsontext
 from proxy.codecs import Origins
 from proxy.codecs.messages import assistant_message
-from proxy.rounds import Message, Round, add_usage
+from proxy.jsontext import Json, JsonObject
+from proxy.messages import Message
+from proxy.rounds import Round, add_usage
 from proxy.sse import Event
 
 
-def _searching(block: Any) -> bool:
+def _searching(block: Json) -> bool:
     return isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") == "tool_search"
 
 
-def _call(block: dict[str, Any]) -> Message | None:
+def _call(block: JsonObject) -> Message | None:
     if block.get("type") != "tool_use":
         return None
     arguments = block.get("input")
@@ -34,7 +35,7 @@ def _call(block: dict[str, Any]) -> Message | None:
         "name": block.get("name"), "arguments": jsontext.dumps(arguments if arguments is not None else {}).decode()}}
 
 
-def _shown(blocks: list[Any]) -> Message:
+def _shown(blocks: list[Json]) -> Message:
     texts = [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
     calls = [c for b in blocks if isinstance(b, dict) and (c := _call(b)) is not None]
     message: Message = {"role": "assistant", "content": "".join(texts) or None}
@@ -60,7 +61,7 @@ class MessagesJson:
         answer = assistant_message({"role": "assistant", "content": content}, Origins())
         return Round(data, calls, [answer], _shown(content), data.get("usage"))
 
-    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Any) -> bytes:
+    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Json) -> bytes:
         data = dict(last.data)
         data["content"] = [b for b in data["content"] if not _searching(b)]
         if finish is not None:
@@ -77,16 +78,16 @@ class MessagesStream:
         self.error = False
         self.finished = False
         self.own_calls: list[Message] = []
-        self.usage: Any = None
+        self.usage: Json = None
         self.round = 0
         self.changed = False  # something was withheld or renumbered: the closing events are Keel's
         self.offset = 0  # visible blocks of earlier rounds
         self.index_map: dict[int, int | None] = {}  # this round's block index -> the client's (None: withheld)
-        self.blocks: dict[int, dict[str, Any]] = {}  # this round's blocks, assembled
+        self.blocks: dict[int, JsonObject] = {}  # this round's blocks, assembled
         self.pieces: dict[int, list[str]] = {}  # tool_use input / text / thinking pieces by block index
-        self.visible: list[dict[str, Any]] = []  # every visible block so far, all rounds
+        self.visible: list[JsonObject] = []  # every visible block so far, all rounds
         self.stop_reason: str | None = None
-        self.stop_sequence: Any = None
+        self.stop_sequence: Json = None
         self.held: list[bytes] = []
         self.stopped = False
 
@@ -145,7 +146,7 @@ class MessagesStream:
         event_name: str = kind
         return b"event: " + event_name.encode() + b"\ndata: " + orjson.dumps({**data, "index": mapped}) + b"\n\n"
 
-    def _grow(self, index: int, delta: Any) -> None:
+    def _grow(self, index: int, delta: Json) -> None:
         if not isinstance(delta, dict) or index not in self.blocks:
             return
         kind = delta.get("type")
@@ -197,7 +198,7 @@ class MessagesStream:
     def real_calls(self) -> list[bytes]:
         return []
 
-    def take_dispatched(self) -> dict[str, Any]:
+    def take_dispatched(self) -> JsonObject:
         return {}
 
     def conclude(self, tool_calls: bool) -> None:

@@ -14,18 +14,19 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
+from prometheus_client import Gauge
 from starlette.responses import Response, StreamingResponse
 
 from proxy.accounting import CacheAccounting
 from proxy.conversations import Conversations
 from proxy.errors import ProxyError, UpstreamConnectError
 from proxy.hidden import HiddenExchange, fingerprint
-from proxy.messages import newest_user_text
+from proxy.jsontext import Json, JsonObject
+from proxy.messages import Message, newest_user_text
 from proxy.metrics import Metrics
 from proxy.relay import INSPECT_LIMIT, client_headers, read_limited, relay, relay_rest
-from proxy.rounds import BrokenUpstreamError, JsonFraming, Message, StreamFraming, add_usage, is_generic, is_search, retry_after
+from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_usage, is_generic, is_search, retry_after
 from proxy.rounds.chat import ChatJson, ChatStream
 from proxy.rounds.loop import Loop
 from proxy.rounds.messages import MessagesJson, MessagesStream
@@ -128,7 +129,7 @@ class ToolSearchResponder:
             log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
             self.metrics.planner_failures.labels(request.tenant.id, "hidden_exchange").inc()
 
-    async def _dispatched(self, request: Turn, dispatched: dict[str, Any]) -> None:
+    async def _dispatched(self, request: Turn, dispatched: JsonObject) -> None:
         if dispatched and request.location is not None:
             try:
                 await self.conversations.add_dispatched(request.location, dispatched)
@@ -138,8 +139,8 @@ class ToolSearchResponder:
 
     async def _whole(self, request: Turn, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
                      json: JsonFraming) -> Response:
-        usage: Any = None
-        first: Any = None
+        usage: Json = None
+        first: Json = None
         after: list[Message] = []
         visible: Message | None = None
         finish: str | None = None
@@ -222,10 +223,10 @@ class ToolSearchResponder:
             raise BrokenUpstreamError(str(exc)) from None
 
     async def _stream(self, request: Turn, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
-                      state: StreamFraming, gauge: Any) -> AsyncIterator[bytes]:
+                      state: StreamFraming, gauge: Gauge) -> AsyncIterator[bytes]:
         outcome = Outcome(200, streamed=True)
         stored = False
-        first: Any = None
+        first: Json = None
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         shape = request.codec.shape

@@ -14,21 +14,22 @@ continues with `previous_response_id` set to the first id is sent on from the la
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 
 from proxy import jsontext
 from proxy.codecs import Origins
 from proxy.codecs.responses import item_messages
-from proxy.rounds import Message, Round, add_usage
+from proxy.jsontext import Json, JsonObject
+from proxy.messages import Message
+from proxy.rounds import Round, add_usage
 from proxy.sse import Event
 
 _ROUND_START = ("response.created", "response.in_progress", "response.queued")
 _ROUND_END = ("response.completed", "response.incomplete", "response.failed")
 
 
-def _call(item: dict[str, Any]) -> Message | None:
+def _call(item: JsonObject) -> Message | None:
     """A function or custom tool call item as a view call."""
     if item.get("type") == "function_call":
         return {"id": item.get("call_id"), "type": "function",
@@ -39,7 +40,7 @@ def _call(item: dict[str, Any]) -> Message | None:
     return None
 
 
-def _shown(items: list[Any]) -> Message:
+def _shown(items: list[Json]) -> Message:
     """Visible output items as one view message: their text and calls (what a hidden exchange is keyed by)."""
     texts = [p.get("text", "") for item in items if isinstance(item, dict) and item.get("type") == "message"
              for p in item.get("content") or [] if isinstance(p, dict) and p.get("type") == "output_text"]
@@ -50,7 +51,7 @@ def _shown(items: list[Any]) -> Message:
     return message
 
 
-def _searching(item: Any) -> bool:
+def _searching(item: Json) -> bool:
     return isinstance(item, dict) and item.get("type") == "function_call" and item.get("name") == "tool_search"
 
 
@@ -68,7 +69,7 @@ class ResponsesJson:
             return None
         return Round(data, calls, item_messages(output, Origins()), _shown(output), data.get("usage"))
 
-    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Any) -> bytes:
+    def write(self, last: Round, keep: Callable[[Message], bool], finish: str | None, usage: Json) -> bytes:
         data = dict(last.data)
         data["output"] = [item for item in data["output"] if not _searching(item)]
         if usage is not None:
@@ -83,15 +84,15 @@ class ResponsesStream:
         self.error = False
         self.finished = False
         self.own_calls: list[Message] = []
-        self.usage: Any = None
+        self.usage: Json = None
         self.round = 0
         self.sequence = 0  # the next sequence_number the client gets
         self.renumber = False  # something was withheld: every later event is renumbered
-        self.visible: list[Any] = []  # every visible output item so far, all rounds, in order
+        self.visible: list[Json] = []  # every visible output item so far, all rounds, in order
         self.offset = 0  # visible items of earlier rounds (output_index base of this round)
         self.index_map: dict[int, int | None] = {}  # this round's output_index -> the client's (None: withheld)
-        self.items: dict[int, Any] = {}  # this round's finished items by upstream output_index
-        self.completed: dict[str, Any] | None = None  # this round's response.completed payload
+        self.items: dict[int, Json] = {}  # this round's finished items by upstream output_index
+        self.completed: JsonObject | None = None  # this round's response.completed payload
         self.held: list[bytes] = []
         self.first_id: str | None = None  # the response the client was told of
         self.alias: tuple[str, str] | None = None  # (first id, last round's id) once Keel continued
@@ -144,7 +145,7 @@ class ResponsesStream:
             data = {**data, "output_index": mapped}
         return self._out(event, data, changed)
 
-    def _out(self, event: Event, data: dict[str, Any], changed: bool) -> bytes:
+    def _out(self, event: Event, data: JsonObject, changed: bool) -> bytes:
         if not (changed or self.renumber or self.round > 0):
             self.sequence = max(self.sequence, int(data.get("sequence_number") or 0) + 1)
             return event.raw
@@ -161,7 +162,7 @@ class ResponsesStream:
     def calls(self) -> list[Message]:
         return [c for i in sorted(self.items) if (c := _call(self.items[i])) is not None]
 
-    def _round_items(self) -> list[Any]:
+    def _round_items(self) -> list[Json]:
         response = (self.completed or {}).get("response")
         output = response.get("output") if isinstance(response, dict) else None
         if isinstance(output, list) and output:
@@ -177,7 +178,7 @@ class ResponsesStream:
     def real_calls(self) -> list[bytes]:
         return []
 
-    def take_dispatched(self) -> dict[str, Any]:
+    def take_dispatched(self) -> JsonObject:
         return {}
 
     def conclude(self, tool_calls: bool) -> None:

@@ -23,10 +23,10 @@ The causes add up to direct - Keel, so the page can show where every dollar came
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 import orjson
 
+from proxy.jsontext import JsonObject
 from proxy.prices import ModelPrice
 from proxy.usage import Usage
 
@@ -62,7 +62,7 @@ class TurnFacts:
     breakpoints: int = 0  # cache_control breakpoints Keel added
     prompt_cache_key: str | None = None  # the one Keel added
     context_update: str | None = None
-    notes: dict[str, Any] = field(default_factory=dict)  # why the prefix may have changed (planned misses)
+    notes: JsonObject = field(default_factory=dict)  # why the prefix may have changed (planned misses)
     judgment_usd: float = 0.0
     direct_usd: float = 0.0
     keel_usd: float = 0.0

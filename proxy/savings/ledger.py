@@ -19,7 +19,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable
-from typing import Any
 
 from proxy.config import SavingsConfig
 from proxy.savings.facts import TurnFacts
@@ -50,7 +49,7 @@ class Ledger:
     def _key(tenant: str, *parts: str) -> str:
         return key(f"savings:{tenant}", *parts)
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, work: Coroutine[object, None, None]) -> None:
         """Run bookkeeping in the background; a failure is logged, never raised."""
         if not self.config.enabled:
             work.close()

@@ -20,11 +20,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from proxy.context.cache import takes_cache_control
+from proxy.jsontext import Json, JsonObject
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
 from proxy.stores import key
@@ -46,7 +46,7 @@ class Trace:
 
     planning: bool = True
     scores: dict[str, float] = field(default_factory=dict)
-    usage: list[Any] = field(default_factory=list)
+    usage: list[Json] = field(default_factory=list)
 
     def add(self, catalog: Catalog, ranking: Ranking) -> None:
         if ranking.usage:
@@ -108,7 +108,7 @@ class TokenCache:
         return [(d, self._known.get(d, 0)) for d in digests]
 
 
-def _marks(body: dict[str, Any]) -> int:
+def _marks(body: JsonObject) -> int:
     """cache_control breakpoints on the tools and message content parts of a view body."""
     tools = sum(1 for t in body.get("tools") or [] if isinstance(t, dict) and "cache_control" in t)
     parts = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and isinstance(m.get("content"), list)
@@ -116,7 +116,7 @@ def _marks(body: dict[str, Any]) -> int:
     return tools + parts
 
 
-def _names(calls: Sequence[Any]) -> tuple[str, ...]:
+def _names(calls: Sequence[Json]) -> tuple[str, ...]:
     names = []
     for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
@@ -141,7 +141,7 @@ class TurnMeter:
         self.meter, self.parsed, self.planned, self.trace = meter, parsed, planned, trace
         self.started = time.time()
 
-    def finish(self, usage: Usage, first: Usage | None, rounds: int, calls: Sequence[Any],
+    def finish(self, usage: Usage, first: Usage | None, rounds: int, calls: Sequence[Json],
                found: Sequence[str]) -> None:
         """The turn's answer is complete: work out and store its figures in the background."""
         self.meter.ledger.spawn(self._settle(usage, first or usage, rounds, _names(calls), tuple(found)))

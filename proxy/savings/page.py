@@ -18,7 +18,6 @@ import hmac
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from html import escape
-from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 import orjson
@@ -26,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from proxy.config import KeelConfig, TenantConfig
+from proxy.jsontext import JsonObject
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
 from proxy.savings.report import parse_since, summary
@@ -228,7 +228,7 @@ def _bars(rows: Sequence[tuple[str, float, str]], width: int = 560, unit: str = 
     return "".join(parts)
 
 
-def _days_chart(days: Sequence[dict[str, Any]], width: int = 560, height: int = 160) -> str:
+def _days_chart(days: Sequence[JsonObject], width: int = 560, height: int = 160) -> str:
     """Input tokens per day, direct (grey) next to through Keel (blue)."""
     if not days:
         return ""
@@ -248,7 +248,7 @@ def _days_chart(days: Sequence[dict[str, Any]], width: int = 560, height: int = 
     return "".join(parts)
 
 
-def _overview(r: dict[str, Any], since: str) -> str:
+def _overview(r: JsonObject, since: str) -> str:
     tokens, dollars, cached, memory = r["input_tokens"], r["dollars"], r["cached_fraction"], r["memory_gate"]
     recall, search = r["first_shot_recall"], r["tool_search"]
     cards = [
@@ -298,7 +298,7 @@ def _overview(r: dict[str, Any], since: str) -> str:
     return "".join(out)
 
 
-def _cause_tokens(cause: str, tokens: dict[str, Any]) -> str:
+def _cause_tokens(cause: str, tokens: JsonObject) -> str:
     value = tokens["by_cause"].get(cause)
     return "" if value is None else f"{value:+,}"
 

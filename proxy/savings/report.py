@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
 
+from proxy.jsontext import JsonObject
 from proxy.savings.facts import CAUSES
 from proxy.savings.ledger import DAY, HOUR, Ledger, day_of, summed
 
@@ -37,7 +37,7 @@ def _ratio(part: float, whole: float) -> float | None:
 
 
 async def summary(ledger: Ledger, tenant: str, since: float, until: float | None = None,
-                  top: int = 10) -> dict[str, Any]:
+                  top: int = 10) -> JsonObject:
     until = time.time() if until is None else until
     hours = await ledger.hours(tenant, since, until)
     t = summed(c for _, c in hours)
@@ -96,7 +96,7 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
-def render_text(report: dict[str, Any]) -> str:
+def render_text(report: JsonObject) -> str:
     """The summary as a terminal table."""
     tokens, dollars, cached = report["input_tokens"], report["dollars"], report["cached_fraction"]
     start = time.strftime("%Y-%m-%d %H:%M", time.gmtime(report["since"]))

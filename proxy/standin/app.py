@@ -19,7 +19,7 @@ import logging
 import struct
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 from starlette.applications import Starlette
@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.jsontext import JsonObject
 from proxy.standin.caching import CacheUsage, PrefixCache, TooManyBreakpointsError
 from proxy.standin.chat import ChatShape
 from proxy.standin.messages import MessagesShape
@@ -63,7 +64,7 @@ class StandIn:
         self.cache = PrefixCache(self.tokens)
         if rules != "none":
             self.tokens.encode("warm up")  # load the encoding at start, not on the first request
-        self.requests: deque[dict[str, Any]] = deque(maxlen=1000)  # recent request bodies, every shape, for tests
+        self.requests: deque[JsonObject] = deque(maxlen=1000)  # recent request bodies, every shape, for tests
         self.headers: deque[dict[str, str]] = deque(maxlen=1000)  # their headers, in the same order
         self.served: deque[Served] = deque(maxlen=1000)  # what each answered request cost, for benchmarks
         self.embedding_inputs = 0  # texts embedded so far, for tests
@@ -71,7 +72,7 @@ class StandIn:
         self.responses_shape = ResponsesShape()
         self.messages_shape = MessagesShape()
 
-    def simulate(self, shape: Shape, body: dict[str, Any], raw: bytes) -> tuple[CacheUsage, Rules | None, int | None]:
+    def simulate(self, shape: Shape, body: JsonObject, raw: bytes) -> tuple[CacheUsage, Rules | None, int | None]:
         """Cache usage under the rules that apply, those rules, and the prefix ceiling: the tokens a
         perfect cache would have served (None without cache simulation)."""
         if self.rules == "none":  # no cache simulation: a cheap estimate (for overhead benchmarks)
@@ -88,7 +89,7 @@ class StandIn:
             return 1
         return self.tokens.count(script.text or "".join(c.name + c.arguments for c in script.tool_calls))
 
-    def tool_report(self, body: dict[str, Any]) -> str:
+    def tool_report(self, body: JsonObject) -> str:
         tools = body.get("tools") or []
         texts = [orjson.dumps(t).decode() for t in tools]
         chars = sum(map(len, texts)) + (len(texts) + 1 if texts else 0)  # the JSON array's brackets and commas

@@ -13,9 +13,9 @@ import hashlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from proxy.chain import canonical_json
+from proxy.jsontext import Json, JsonObject
 from proxy.tokens import TokenCounter
 
 OPENAI_MIN_TOKENS = 1024
@@ -44,13 +44,13 @@ class CacheUsage:
     ceiling_tokens: int = 0  # the longest prefix, in whole blocks, that any earlier request already sent
 
 
-def _strip(value: Any) -> Any:
+def _strip(value: Json) -> Json:
     if isinstance(value, dict):
         return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
     return value
 
 
-def prompt_blocks(body: dict[str, Any]) -> list[Block]:
+def prompt_blocks(body: JsonObject) -> list[Block]:
     """The prompt in provider order, as blocks; `cache_control` marks breakpoints, not content."""
     blocks: list[Block] = []
     for tool in body.get("tools") or []:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
 from proxy.errors import error_body
+from proxy.jsontext import Json, JsonObject
 from proxy.standin.caching import Block, prompt_blocks
 from proxy.standin.script import Script
 from proxy.standin.shape import Rules, Turn, pieces, spoken
@@ -24,13 +24,13 @@ from proxy.standin.shape import Rules, Turn, pieces, spoken
 class ChatShape:
     rules: Rules | None = None  # --rules decides (auto: Anthropic's when a block carries cache_control)
 
-    def read(self, body: Any) -> dict[str, Any] | None:
+    def read(self, body: Json) -> JsonObject | None:
         return body if isinstance(body, dict) and isinstance(body.get("messages"), list) else None
 
-    def chat_view(self, body: dict[str, Any]) -> dict[str, Any]:
+    def chat_view(self, body: JsonObject) -> JsonObject:
         return body
 
-    def prompt(self, body: dict[str, Any]) -> list[Block]:
+    def prompt(self, body: JsonObject) -> list[Block]:
         return prompt_blocks(body)
 
     def error(self, status: int, message: str, type_: str) -> Response:
@@ -46,7 +46,7 @@ class ChatShape:
             include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             chunks = _stream(cid, model, script, usage if include_usage else None)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=turn.headers)
-        message: dict[str, Any] = {"role": "assistant", "content": script.text, "refusal": None}
+        message: JsonObject = {"role": "assistant", "content": script.text, "refusal": None}
         if script.tool_calls:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -64,11 +64,11 @@ class ChatShape:
         return Response(orjson.dumps(payload), media_type="application/json", headers=turn.headers)
 
 
-def chat_usage(turn: Turn) -> dict[str, Any]:
+def chat_usage(turn: Turn) -> JsonObject:
     """OpenAI's usage fields; under Anthropic's rules also Anthropic's two cache fields (what an
     OpenAI-compatible gateway in front of Claude reports)."""
     cache = turn.cache
-    usage: dict[str, Any] = {
+    usage: JsonObject = {
         "prompt_tokens": cache.prompt_tokens,
         "completion_tokens": turn.completion_tokens,
         "total_tokens": cache.prompt_tokens + turn.completion_tokens,
@@ -84,15 +84,15 @@ def openai_error(status: int, message: str, type_: str) -> Response:
     return Response(error_body(message, type_, str(status)), status_code=status, media_type="application/json")
 
 
-def _sse(payload: dict[str, Any]) -> bytes:
+def _sse(payload: JsonObject) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-async def _stream(cid: str, model: str, script: Script, usage: dict[str, Any] | None) -> AsyncIterator[bytes]:
+async def _stream(cid: str, model: str, script: Script, usage: JsonObject | None) -> AsyncIterator[bytes]:
     created = int(time.time())
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        payload: dict[str, Any] = {
+    def chunk(delta: JsonObject, finish: str | None = None) -> bytes:
+        payload: JsonObject = {
             "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
+from proxy.jsontext import Json, JsonObject
 from proxy.standin.caching import Block, prompt_blocks
 from proxy.standin.script import Script
 from proxy.standin.shape import Rules, Turn, named_event, pieces, spoken
@@ -31,14 +31,14 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 class MessagesShape:
     rules: Rules | None = "anthropic"
 
-    def read(self, body: Any) -> dict[str, Any] | None:
+    def read(self, body: Json) -> JsonObject | None:
         ok = (isinstance(body, dict) and isinstance(body.get("messages"), list)
               and all(isinstance(m, dict) for m in body["messages"]))
         return body if ok else None
 
-    def chat_view(self, body: dict[str, Any]) -> dict[str, Any]:
+    def chat_view(self, body: JsonObject) -> JsonObject:
         system = _text(body.get("system"))
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        messages: list[JsonObject] = [{"role": "system", "content": system}] if system else []
         for message in body["messages"]:
             messages.extend(_as_chat(message))
         tools = [{"type": "function", "function": {"name": t["name"]}} for t in body.get("tools") or []
@@ -46,7 +46,7 @@ class MessagesShape:
         # no logprobs in this API: a judge or picker prompt gets its answer in words
         return {"model": body.get("model"), "messages": messages, "tools": tools, "logprobs": True}
 
-    def prompt(self, body: dict[str, Any]) -> list[Block]:
+    def prompt(self, body: JsonObject) -> list[Block]:
         system = body.get("system")
         front = [{"role": "system", "content": system}] if system else []
         return prompt_blocks({"tools": body.get("tools") or [], "messages": [*front, *body["messages"]]})
@@ -73,7 +73,7 @@ class MessagesShape:
         return Response(orjson.dumps(message), media_type="application/json", headers=turn.headers)
 
 
-def _text(value: Any) -> str:
+def _text(value: Json) -> str:
     """A string, or the text of a list of blocks (system, tool_result content), joined."""
     if isinstance(value, str):
         return value
@@ -81,7 +81,7 @@ def _text(value: Any) -> str:
                      if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
 
 
-def _as_chat(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _as_chat(message: JsonObject) -> list[JsonObject]:
     role, content = message.get("role"), message.get("content")
     if not isinstance(content, list):
         return [{"role": role, "content": content if isinstance(content, str) else ""}]
@@ -90,7 +90,7 @@ def _as_chat(message: dict[str, Any]) -> list[dict[str, Any]]:
                for b in blocks if b.get("type") == "tool_result"]
     if results:
         return results
-    out: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": b["text"]} for b in blocks
+    out: JsonObject = {"role": role, "content": [{"type": "text", "text": b["text"]} for b in blocks
                                                      if b.get("type") == "text" and isinstance(b.get("text"), str)]}
     calls = [{"id": b.get("id"), "type": "function",
               "function": {"name": b.get("name"), "arguments": orjson.dumps(b.get("input") or {}).decode()}}
@@ -100,7 +100,7 @@ def _as_chat(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [out]
 
 
-def _input(arguments: str) -> dict[str, Any]:
+def _input(arguments: str) -> JsonObject:
     """A tool call's arguments as Anthropic's `input` object (arguments that are no JSON object: {})."""
     try:
         value = orjson.loads(arguments or "{}")
@@ -109,16 +109,16 @@ def _input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def content_blocks(script: Script) -> list[dict[str, Any]]:
+def content_blocks(script: Script) -> list[JsonObject]:
     """The answer as content blocks: text, then a tool_use per call (ids `toolu_`, as Anthropic's)."""
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": script.text}] if script.text else []
+    blocks: list[JsonObject] = [{"type": "text", "text": script.text}] if script.text else []
     blocks.extend({"type": "tool_use", "id": "toolu_" + call.id.removeprefix("call_"), "name": call.name,
                    "input": _input(call.arguments)} for call in script.tool_calls)
     return blocks
 
 
-async def _stream(message: dict[str, Any], script: Script) -> AsyncIterator[bytes]:
-    def event(type_: str, **fields: Any) -> bytes:
+async def _stream(message: JsonObject, script: Script) -> AsyncIterator[bytes]:
+    def event(type_: str, **fields: Json) -> bytes:
         return named_event(type_, {"type": type_, **fields})
 
     start_usage = {**message["usage"], "output_tokens": 1}

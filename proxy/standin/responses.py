@@ -17,12 +17,11 @@ import itertools
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from proxy.jsontext import canonical
+from proxy.jsontext import Json, JsonObject, canonical
 from proxy.standin.caching import Block
 from proxy.standin.chat import openai_error
 from proxy.standin.script import Script
@@ -36,13 +35,13 @@ class ResponsesShape:
     rules: Rules | None = "openai"
 
     def __init__(self) -> None:
-        self._stored: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # response id -> its input and output
+        self._stored: OrderedDict[str, list[JsonObject]] = OrderedDict()  # response id -> its input and output
 
-    def read(self, body: Any) -> dict[str, Any] | None:
+    def read(self, body: Json) -> JsonObject | None:
         ok = isinstance(body, dict) and (body.get("input") is None or isinstance(body["input"], str | list))
         return body if ok else None
 
-    def items(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+    def items(self, body: JsonObject) -> list[JsonObject]:
         """The conversation: a remembered previous response's items, then this input's."""
         earlier = self._stored.get(str(body.get("previous_response_id")), [])
         value = body.get("input")
@@ -50,18 +49,18 @@ class ResponsesShape:
             return [*earlier, {"type": "message", "role": "user", "content": value}]
         return [*earlier, *(item for item in value or [] if isinstance(item, dict))]
 
-    def chat_view(self, body: dict[str, Any]) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = []
+    def chat_view(self, body: JsonObject) -> JsonObject:
+        messages: list[JsonObject] = []
         if isinstance(body.get("instructions"), str) and body["instructions"]:
             messages.append({"role": "system", "content": body["instructions"]})
         messages.extend(m for m in map(_as_chat, self.items(body)) if m is not None)
         tools = [{"type": "function", "function": {"name": name}} for name in _offered(body)]
-        view: dict[str, Any] = {"model": body.get("model"), "messages": messages, "tools": tools}
+        view: JsonObject = {"model": body.get("model"), "messages": messages, "tools": tools}
         if body.get("top_logprobs") or "message.output_text.logprobs" in (body.get("include") or []):
             view["logprobs"] = True
         return view
 
-    def prompt(self, body: dict[str, Any]) -> list[Block]:
+    def prompt(self, body: JsonObject) -> list[Block]:
         blocks = [Block(canonical(tool).decode(), False) for tool in body.get("tools") or []]
         if isinstance(body.get("instructions"), str) and body["instructions"]:
             blocks.append(Block("<|system|>" + body["instructions"], False))
@@ -93,13 +92,13 @@ class ResponsesShape:
         return Response(orjson.dumps(response), media_type="application/json", headers=turn.headers)
 
 
-def _offered(body: dict[str, Any]) -> dict[str, str]:
+def _offered(body: JsonObject) -> dict[str, str]:
     """Tools the model may call, by name: function or custom (hosted tools run at the provider)."""
     return {t["name"]: t["type"] for t in body.get("tools") or []
             if isinstance(t, dict) and t.get("type") in ("function", "custom") and isinstance(t.get("name"), str)}
 
 
-def _text(content: Any) -> str | list[dict[str, Any]]:
+def _text(content: Json) -> str | list[JsonObject]:
     """Message or tool-output content as chat content: a string, or its text parts."""
     if isinstance(content, str):
         return content
@@ -107,7 +106,7 @@ def _text(content: Any) -> str | list[dict[str, Any]]:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str)]
 
 
-def _as_chat(item: dict[str, Any]) -> dict[str, Any] | None:
+def _as_chat(item: JsonObject) -> JsonObject | None:
     kind = item.get("type", "message")
     if kind == "message":
         role = str(item.get("role", "user"))
@@ -122,7 +121,7 @@ def _as_chat(item: dict[str, Any]) -> dict[str, Any] | None:
     return None  # reasoning, item references, hosted tool calls: nothing the script reads
 
 
-def _rendered(item: dict[str, Any]) -> str:
+def _rendered(item: JsonObject) -> str:
     """An input item as the model would see it: a message as its role and text, the rest as JSON."""
     if item.get("type", "message") != "message":
         return canonical(item).decode()
@@ -139,11 +138,11 @@ def _item_id(prefix: str, seed: str) -> str:
     return prefix + hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
 
 
-def output_items(rid: str, script: Script, offered: dict[str, str], logprobs: bool) -> list[dict[str, Any]]:
+def output_items(rid: str, script: Script, offered: dict[str, str], logprobs: bool) -> list[JsonObject]:
     """The answer as output items: a message for text, a function_call (or custom_tool_call) per call."""
-    items: list[dict[str, Any]] = []
+    items: list[JsonObject] = []
     if script.text is not None:
-        part: dict[str, Any] = {"type": "output_text", "text": script.text, "annotations": []}
+        part: JsonObject = {"type": "output_text", "text": script.text, "annotations": []}
         if logprobs and script.logprobs:
             top = [{"token": t["token"], "logprob": t["logprob"], "bytes": list(t["token"].encode())} for t in script.logprobs]
             part["logprobs"] = [{**top[0], "top_logprobs": top}]
@@ -159,7 +158,7 @@ def output_items(rid: str, script: Script, offered: dict[str, str], logprobs: bo
     return items
 
 
-def _response(rid: str, body: dict[str, Any], output: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
+def _response(rid: str, body: JsonObject, output: list[JsonObject], usage: JsonObject) -> JsonObject:
     """The response object, echoing the request's settings as OpenAI does."""
     return {
         "id": rid, "object": "response", "created_at": int(time.time()), "status": "completed",
@@ -178,17 +177,17 @@ _ARGUMENT_EVENTS = {"function_call": ("arguments", "response.function_call_argum
                     "custom_tool_call": ("input", "response.custom_tool_call_input")}
 
 
-async def _stream(response: dict[str, Any], script: Script) -> AsyncIterator[bytes]:
+async def _stream(response: JsonObject, script: Script) -> AsyncIterator[bytes]:
     sequence = itertools.count()
 
-    def event(type_: str, **fields: Any) -> bytes:
+    def event(type_: str, **fields: Json) -> bytes:
         return named_event(type_, {"type": type_, **fields, "sequence_number": next(sequence)})
 
     pending = {**response, "status": "in_progress", "output": [], "usage": None}
     yield event("response.created", response=pending)
     yield event("response.in_progress", response=pending)
     for index, item in enumerate(response["output"]):
-        at: dict[str, Any] = {"item_id": item["id"], "output_index": index}
+        at: JsonObject = {"item_id": item["id"], "output_index": index}
         if item["type"] == "message":
             part = item["content"][0]
             yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})

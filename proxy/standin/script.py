@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 
 _DIRECTIVE = re.compile(r"\[\[(callx|callq|call|error|sleep|drip|cut|words)\s*([^\]]*)\]\]")
@@ -44,7 +45,7 @@ class ToolCall:
 @dataclass(frozen=True)
 class Script:
     text: str | None = None
-    logprobs: list[dict[str, Any]] | None = None  # for the first answer token
+    logprobs: list[JsonObject] | None = None  # for the first answer token
     tool_calls: tuple[ToolCall, ...] = ()
     error_status: int | None = None
     sleep: float = 0.0
@@ -56,7 +57,7 @@ class Script:
         return "tool_calls" if self.tool_calls else "stop"
 
 
-def _offered(body: dict[str, Any]) -> set[str]:
+def _offered(body: JsonObject) -> set[str]:
     names = set()
     for tool in body.get("tools") or []:
         fn = tool.get("function") if isinstance(tool, dict) else None
@@ -69,7 +70,7 @@ def _call_id(seed: str, n: int) -> str:
     return "call_" + hashlib.blake2b(f"{seed}:{n}".encode(), digest_size=9).hexdigest()
 
 
-def plan_answer(body: dict[str, Any]) -> Script:
+def plan_answer(body: JsonObject) -> Script:
     messages = body.get("messages") or []
     last = messages[-1] if messages else {}
     users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
@@ -149,7 +150,7 @@ def _seconds(found: dict[str, str], name: str) -> float:
     return float(value) if re.fullmatch(r"\d+(\.\d+)?", value) else 0.0
 
 
-def _with(base: Script, **changes: Any) -> Script:
+def _with(base: Script, **changes: Any) -> Script:  # Any: dataclasses.replace's own field values
     return replace(base, **changes)
 
 
@@ -177,7 +178,7 @@ def pick(prompt: str, base: Script) -> Script:
     return replace(base, text=("yes" if yes else "no") + "\n" + (", ".join(picked) or "none"), logprobs=top)
 
 
-def memory_ops(messages: list[dict[str, Any]], seed: str) -> tuple[ToolCall, ...]:
+def memory_ops(messages: list[JsonObject], seed: str) -> tuple[ToolCall, ...]:
     """The stand-in as a memory model: store what the newest user message asks to keep."""
     users = [m for m in messages if m.get("role") == "user"]
     text = message_text(users[-1]) if users else ""
@@ -194,7 +195,7 @@ def memory_ops(messages: list[dict[str, Any]], seed: str) -> tuple[ToolCall, ...
     return (ToolCall(_call_id(seed, 0), "set_memory", orjson.dumps({"key": key, "value": value}).decode()),)
 
 
-def _called_since_user(messages: list[dict[str, Any]]) -> set[str]:
+def _called_since_user(messages: list[JsonObject]) -> set[str]:
     """Tools the assistant already called after the newest user message."""
     names: set[str] = set()
     for message in reversed(messages):
@@ -210,7 +211,7 @@ def _called_since_user(messages: list[dict[str, Any]]) -> set[str]:
     return names
 
 
-def _tool_name_for(messages: list[dict[str, Any]], call_id: Any) -> str:
+def _tool_name_for(messages: list[JsonObject], call_id: Json) -> str:
     for message in reversed(messages):
         for call in message.get("tool_calls") or []:
             if isinstance(call, dict) and call.get("id") == call_id:

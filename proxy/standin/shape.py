@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import orjson
 from starlette.responses import Response
 
+from proxy.jsontext import Json, JsonObject
 from proxy.standin.caching import Block, CacheUsage
 from proxy.standin.script import Script
 
@@ -26,8 +27,8 @@ class Turn:
     """One planned, accounted answer, handed to its shape to render."""
 
     raw: bytes
-    body: dict[str, Any]
-    view: dict[str, Any]  # the chat view the script was planned from
+    body: JsonObject
+    view: JsonObject  # the chat view the script was planned from
     script: Script
     cache: CacheUsage
     rules: Rules | None  # the cache rules applied; None without cache simulation
@@ -40,12 +41,12 @@ class Shape(Protocol):
 
     rules: Rules | None  # its provider's cache rules; None: chosen by `--rules` (chat)
 
-    def read(self, body: Any) -> dict[str, Any] | None:
+    def read(self, body: Json) -> JsonObject | None:
         """The request body if it has this shape, else None (a 400)."""
 
-    def chat_view(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def chat_view(self, body: JsonObject) -> JsonObject: ...
 
-    def prompt(self, body: dict[str, Any]) -> list[Block]: ...
+    def prompt(self, body: JsonObject) -> list[Block]: ...
 
     def error(self, status: int, message: str, type_: str) -> Response: ...
 
@@ -71,6 +72,6 @@ def pieces(arguments: str, size: int = 16) -> list[str]:
     return [arguments[i : i + size] for i in range(0, len(arguments), size)]
 
 
-def named_event(type_: str, payload: dict[str, Any]) -> bytes:
+def named_event(type_: str, payload: JsonObject) -> bytes:
     """An SSE event with an `event:` line, as Responses and Messages stream."""
     return b"event: " + type_.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"

@@ -18,6 +18,7 @@ T = TypeVar("T")
 class RedisStore:
     def __init__(self, url: str) -> None:
         self.url = url
+        # Any: redis-py types every reply bytes | str (decode_responses decides at runtime); Keel reads bytes
         self._redis: Any = aioredis.from_url(url, socket_connect_timeout=2.0, socket_timeout=5.0)
 
     @staticmethod

@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from proxy.jsontext import Json
 from proxy.stores import StoreError
 from proxy.stores.queue import DeadJob, Job
 
@@ -100,13 +101,13 @@ return 1
 
 
 class RedisJobQueue:
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any) -> None:  # Any: redis-py types replies bytes | str by a runtime flag
         self.redis = redis
         self._scripts = {name: redis.register_script(source) for name, source in (
             ("push", PUSH), ("claim", CLAIM), ("renew", RENEW), ("save", SAVE), ("complete", COMPLETE),
             ("retry", RETRY), ("bury", BURY))}
 
-    async def _script(self, name: str, *args: Any) -> Any:
+    async def _script(self, name: str, *args: str | int | float | bytes) -> Json:
         try:
             return await self._scripts[name](keys=[READY], args=[PREFIX, *args])
         except (RedisError, OSError) as exc:

@@ -16,6 +16,7 @@ from proxy.stores.queue import DeadJob, Job
 
 T = TypeVar("T")
 # How the store runs a function on its connection, on its own thread (`SqliteStore._run`).
+# Any: a Callable alias cannot be generic in what the function returns.
 Runner = Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
 
 SCHEMA = """

@@ -15,11 +15,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from blake3 import blake3
 
 from proxy import jsontext
+from proxy.jsontext import Json, JsonObject
 from proxy.tokens import TokenCounter
 from proxy.tools.lexical import LexicalIndex, term_frequencies
 
@@ -27,20 +27,20 @@ from proxy.tools.lexical import LexicalIndex, term_frequencies
 @dataclass(frozen=True)
 class ToolEntry:
     name: str
-    tool: dict[str, Any]  # as the client sent it (key order kept: property order is meaningful)
+    tool: JsonObject  # as the client sent it (key order kept: property order is meaningful)
     description: str
     server: str | None  # "github" for "github__create_branch"
     digest: bytes = field(repr=False)  # of the schema's bytes as written: its cache key
     chars: int  # the schema's length as JSON
     terms: dict[str, float] = field(repr=False, compare=False)  # BM25 term frequencies
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> JsonObject:
         """Name, description and parameters: how a tools update, or a search answer that expects the
         model to call the tool, shows it."""
         return {"name": self.name, "description": self.description,
                 "parameters": self.tool.get("function", {}).get("parameters", {})}
 
-    def brief(self) -> dict[str, Any]:
+    def brief(self) -> JsonObject:
         """Name, description and the names of its required parameters: how a search answer shows a
         tool the model may want, without the parameters' schema (a search by its name shows it)."""
         params = self.tool.get("function", {}).get("parameters")
@@ -57,7 +57,7 @@ class Catalog:
     index: LexicalIndex
     _name_pattern: re.Pattern[str] | None = None
     tokens: dict[str, int] = field(default_factory=dict)  # filled in the background
-    _memo: dict[tuple[Any, ...], frozenset[str]] = field(default_factory=dict, repr=False)
+    _memo: dict[tuple[Json, ...], frozenset[str]] = field(default_factory=dict, repr=False)
 
     def matching(self, globs: tuple[str, ...]) -> frozenset[str]:
         """Names matching any of these globs (`defer.always`), computed once per catalog."""
@@ -90,7 +90,7 @@ class Catalog:
         return [self.entries[self.by_name[n]] for n in names if n in self.by_name]
 
 
-def valid_tools(tools: Any) -> bool:
+def valid_tools(tools: Json) -> bool:
     """A list of function tools, each with a string name: what Keel can defer."""
     return isinstance(tools, list) and all(
         isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
@@ -104,7 +104,7 @@ def _server(name: str) -> str | None:
     return None
 
 
-def tool_entry(tool: dict[str, Any], written: bytes) -> ToolEntry:
+def tool_entry(tool: JsonObject, written: bytes) -> ToolEntry:
     """Everything derived from one tool schema (computed once per distinct schema)."""
     fn = tool.get("function") or {}
     name = str(fn.get("name", ""))
@@ -125,7 +125,7 @@ def _digest(written: bytes) -> bytes:
     return blake3(written).digest()[:16]
 
 
-def build_catalog(key: str, tools: Sequence[dict[str, Any]],
+def build_catalog(key: str, tools: Sequence[JsonObject],
                   known: dict[bytes, ToolEntry] | None = None) -> Catalog:
     """A catalog from a tools array; `known` holds entries of schemas seen before (by their bytes
     in the client's own key order, so a schema is rendered the way its client wrote it)."""
@@ -173,14 +173,14 @@ class CatalogCache:
         self._catalogs_lock = threading.Lock()
         # the tools arrays last seen, by identity: a resent array parsed once (`jsontext.Resent`) is
         # the same list object, so its key costs no re-serializing (the list is held: ids stay its)
-        self._seen: OrderedDict[int, tuple[Sequence[dict[str, Any]], str]] = OrderedDict()
+        self._seen: OrderedDict[int, tuple[Sequence[JsonObject], str]] = OrderedDict()
 
-    async def get_async(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
+    async def get_async(self, tools: Sequence[JsonObject]) -> Catalog | None:
         if len(tools) > self.OFF_LOOP_TOOLS:
             return await asyncio.to_thread(self.get, tools)
         return self.get(tools)
 
-    def get(self, tools: Sequence[dict[str, Any]]) -> Catalog | None:
+    def get(self, tools: Sequence[JsonObject]) -> Catalog | None:
         """The catalog of this tools array; None when it is not a list of function tools (checked
         once per distinct array: a cached catalog was valid when it was built)."""
         key = self._key(tools)
@@ -207,7 +207,7 @@ class CatalogCache:
         threading.Thread(target=self._count_tokens, args=(catalog,), daemon=True).start()
         return catalog
 
-    def _key(self, tools: Sequence[dict[str, Any]]) -> str:
+    def _key(self, tools: Sequence[JsonObject]) -> str:
         with self._catalogs_lock:
             seen = self._seen.get(id(tools))
             if seen is not None and seen[0] is tools:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from proxy.codecs import KEEL
+from proxy.jsontext import Json, JsonObject
 
 FLAG = "defer_loading"
 
@@ -22,21 +22,21 @@ FLAG = "defer_loading"
 @dataclass(frozen=True, slots=True)
 class ClientDeferral:
     deferred: frozenset[str]  # names of the tools the client marked defer_loading
-    loaded: tuple[dict[str, Any], ...]  # the view's function tools, every one loaded (no defer_loading)
-    foreign: tuple[Any, ...]  # the view's other tools, the provider's search tool left out
+    loaded: tuple[JsonObject, ...]  # the view's function tools, every one loaded (no defer_loading)
+    foreign: tuple[Json, ...]  # the view's other tools, the provider's search tool left out
 
 
-def is_provider_search(tool: Any) -> bool:
+def is_provider_search(tool: Json) -> bool:
     """Anthropic's tool_search_tool_regex/bm25_* server tools, Responses' hosted tool_search."""
     return isinstance(tool, dict) and isinstance(tool.get("type"), str) and tool["type"].startswith("tool_search")
 
 
-def _deferred(tool: dict[str, Any]) -> bool:
+def _deferred(tool: JsonObject) -> bool:
     client = tool.get(KEEL)
     return tool.get(FLAG) is True or (isinstance(client, dict) and client.get(FLAG) is True)
 
 
-def _loaded(tool: dict[str, Any]) -> dict[str, Any]:
+def _loaded(tool: JsonObject) -> JsonObject:
     out = {k: v for k, v in tool.items() if k != FLAG}
     client = out.get(KEEL)
     if isinstance(client, dict) and FLAG in client:  # the client's own object, rendered back by the codec
@@ -44,10 +44,10 @@ def _loaded(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def client_deferral(body: dict[str, Any]) -> ClientDeferral | None:
+def client_deferral(body: JsonObject) -> ClientDeferral | None:
     """What the client deferred in this view body; None when it deferred nothing."""
     tools = body.get("tools")
-    foreign: Sequence[Any] = body.get("foreign_tools") or ()
+    foreign: Sequence[Json] = body.get("foreign_tools") or ()
     if not isinstance(tools, list):
         return None
     functions = [t for t in tools if isinstance(t, dict)]

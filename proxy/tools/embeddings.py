@@ -11,15 +11,22 @@ import asyncio
 import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import orjson
 
+from proxy.jsontext import Json
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog
 from proxy.tools.local import fuse, tool_text
 from proxy.tools.ranking import LexicalRanker, Ranking
 from proxy.upstream import Upstream, json_headers
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    Vectors = NDArray[np.float32]  # unit-length embeddings, one row per text
 
 BATCH = 128
 VECTOR_TTL = 90 * 24 * 3600
@@ -35,10 +42,10 @@ class EmbeddingsRanker:
         self.model = model
         self.headers = json_headers(api_key)
         self.lexical = LexicalRanker()
-        self._matrices: OrderedDict[str, Any] = OrderedDict()  # catalog key -> vectors, the newest kept
+        self._matrices: OrderedDict[str, Vectors] = OrderedDict()  # catalog key -> vectors, the newest kept
         self._indexing: dict[str, asyncio.Task[None]] = {}
 
-    async def embed(self, texts: Sequence[str]) -> Any:
+    async def embed(self, texts: Sequence[str]) -> Vectors:
         import numpy as np
 
         body = orjson.dumps({"model": self.model, "input": list(texts)})
@@ -48,7 +55,7 @@ class EmbeddingsRanker:
             raise RuntimeError(f"embeddings endpoint answered {response.status}")
         data = sorted(orjson.loads(raw)["data"], key=lambda d: d["index"])
         vectors = np.array([d["embedding"] for d in data], dtype=np.float32)
-        return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9, None)
+        return cast("Vectors", vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9, None))
 
     def _key(self, text: str) -> str:
         return key(f"embeddings:{self.model}", hashlib.sha256(text.encode()).hexdigest())
@@ -59,7 +66,7 @@ class EmbeddingsRanker:
 
         texts = [tool_text(e) for e in catalog.entries]
         stored = await self.store.get_many([self._key(t) for t in texts])
-        vectors: list[Any] = [np.frombuffer(raw, dtype=np.float32) if raw else None for raw in stored]
+        vectors: list[Json] = [np.frombuffer(raw, dtype=np.float32) if raw else None for raw in stored]
         missing = [i for i, v in enumerate(vectors) if v is None]
         for start in range(0, len(missing), BATCH):
             batch = missing[start : start + BATCH]

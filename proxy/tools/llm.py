@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
-from typing import Any
 
+from proxy.jsontext import Json
 from proxy.judge import ask
 from proxy.tools.catalog import Catalog
 from proxy.tools.ranking import LexicalRanker, Ranking
@@ -39,7 +39,7 @@ class LlmRanker:
         shown = (ranked + rest)[: self.max_options * BATCHES]
         return [shown[i : i + self.max_options] for i in range(0, len(shown), self.max_options)]
 
-    async def _ask(self, query: str, catalog: Catalog, batch: list[int], shortlist: int) -> tuple[float, list[int], Any]:
+    async def _ask(self, query: str, catalog: Catalog, batch: list[int], shortlist: int) -> tuple[float, list[int], Json]:
         options = "\n".join(f"{n}. {catalog.entries[i].name}: {catalog.entries[i].description[:200]}"
                             for n, i in enumerate(batch, 1))
         prompt = (f"<tools>\n{options}\n</tools>\n<user_message>\n{query}\n</user_message>\n"

@@ -20,12 +20,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from proxy.tools.catalog import Catalog, ToolEntry
 from proxy.tools.gate import NEEDS_TOOL_EXAMPLES, NO_TOOL_EXAMPLES, SemanticEvidence, needs_tool_probability
 from proxy.tools.ranking import NAMED_BOOST, LexicalRanker, Ranking, confidence, lexical_scores, namespaces
 from proxy.tools.text import english_hint
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    Vectors = NDArray[np.float32]  # unit-length embeddings, one row per text
 
 log = logging.getLogger("keel.tools")
 
@@ -58,15 +64,15 @@ class LocalEncoder:
         self._cls = pooling.exists() and bool(json.loads(pooling.read_text()).get("pooling_mode_cls_token"))
         self._lock = threading.Lock()
 
-    def encode(self, texts: Sequence[str]) -> Any:
+    def encode(self, texts: Sequence[str]) -> Vectors:
         """One vector per text, each run on its own: with int8 dynamic quantization a batch shares
         its activation ranges (padding included), so a batched vector would depend on its
         batch-mates, and a tool's vector on which tools happened to be indexed with it (DESIGN's
         invariant 6: the same inputs render the same bytes on any replica)."""
         np = self._np
-        return np.stack([self._encode_one(text) for text in texts]) if texts else np.zeros((0, 0))
+        return cast("Vectors", np.stack([self._encode_one(text) for text in texts]) if texts else np.zeros((0, 0)))
 
-    def _encode_one(self, text: str) -> Any:
+    def _encode_one(self, text: str) -> Vectors:
         np = self._np
         encoding = self.tokenizer.encode(text)
         ids = np.array([encoding.ids], dtype=np.int64)
@@ -78,10 +84,10 @@ class LocalEncoder:
         with self._lock:
             if self._sentence_output is not None:
                 pooled = self.session.run([self._sentence_output], feed)[0][0]
-                return pooled / max(float(np.linalg.norm(pooled)), 1e-9)
+                return cast("Vectors", pooled / max(float(np.linalg.norm(pooled)), 1e-9))  # onnxruntime: untyped
             hidden = self.session.run(None, feed)[0][0]
         pooled = hidden[0] if self._cls else (hidden * mask[0][:, None]).sum(axis=0) / max(int(mask.sum()), 1)
-        return pooled / max(float(np.linalg.norm(pooled)), 1e-9)
+        return cast("Vectors", pooled / max(float(np.linalg.norm(pooled)), 1e-9))
 
 
 def tool_text(entry: ToolEntry) -> str:
@@ -94,8 +100,8 @@ class LocalRanker:
         self.examples = GateExamples(encoder)
         log.info("local model cosine scale (example turns): mean %.3f, spread %.3f", *self.examples.scale)
         self.lexical = LexicalRanker()
-        self._vectors: OrderedDict[str, Any] = OrderedDict()  # schema hash → vector (bounded, newest kept)
-        self._matrices: OrderedDict[str, Any] = OrderedDict()  # catalog key → matrix (rows in catalog order)
+        self._vectors: OrderedDict[str, Vectors] = OrderedDict()  # schema hash → vector (bounded, newest kept)
+        self._matrices: OrderedDict[str, Vectors] = OrderedDict()  # catalog key → matrix (rows in catalog order)
         self._pending: set[str] = set()
         self._lock = threading.Lock()
 
@@ -138,13 +144,13 @@ class LocalRanker:
         self.matrix(catalog)
         return self.rank_with(self.encoder.encode([english_hint(query)])[0], query, catalog, candidates, shortlist)
 
-    def matrix(self, catalog: Catalog) -> Any:
+    def matrix(self, catalog: Catalog) -> Vectors:
         """The catalog's tool vectors, rows in catalog order (indexed now, blocking, if needed)."""
         if catalog.key not in self._matrices:
             self.index(catalog)
         return self._matrices[catalog.key]
 
-    def rank_with(self, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
+    def rank_with(self, vector: Vectors, query: str, catalog: Catalog, candidates: Sequence[int],
                   shortlist: int) -> Ranking:
         return fuse(self._matrices[catalog.key], vector, query, catalog, candidates, shortlist, self.examples)
 
@@ -163,13 +169,13 @@ class GateExamples:
         pairs = (both @ both.T)[np.triu_indices(len(both), 1)]
         self.scale = (float(pairs.mean()), max(float(pairs.std()), 1e-6))  # this model's cosine scale
 
-    def margin(self, vector: Any) -> float:
+    def margin(self, vector: Vectors) -> float:
         """Mean cosine to the three closest needs-tool examples minus that to the three closest others."""
         import numpy as np
 
         return float(np.sort(self.needs @ vector)[-3:].mean() - np.sort(self.none @ vector)[-3:].mean())
 
-    def evidence(self, vector: Any, cosines: Any) -> SemanticEvidence:
+    def evidence(self, vector: Vectors, cosines: Vectors) -> SemanticEvidence:
         """The gate's evidence for a turn, on this model's scale: its best five cosines to the
         tools and its margin, each in spreads of the example turns' cosines (from their mean)."""
         import numpy as np
@@ -179,7 +185,7 @@ class GateExamples:
         return SemanticEvidence(best.tolist(), self.margin(vector) / spread)
 
 
-def fuse(matrix: Any, vector: Any, query: str, catalog: Catalog, candidates: Sequence[int],
+def fuse(matrix: Vectors, vector: Vectors, query: str, catalog: Catalog, candidates: Sequence[int],
          shortlist: int, examples: GateExamples | None = None) -> Ranking:
     """0.2 x BM25/max + 0.8 x min-max-scaled cosine over the candidates (rows of `matrix`).
     `examples`: the needs-tool gate also weighs the local model's evidence, on its own scale."""

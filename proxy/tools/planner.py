@@ -14,13 +14,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from proxy import jsontext
 from proxy.config import TenantConfig
 from proxy.context.update import prepend_updates
 from proxy.conversations import Conversations, TurnKind
 from proxy.hidden import found_tools, splice
+from proxy.jsontext import Json, JsonObject
 from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
@@ -30,7 +30,7 @@ from proxy.tools.learned import LearnedPhrases
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 from proxy.tools.stability import BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
-from proxy.turn import Turn
+from proxy.turn import Responder, Turn
 
 log = logging.getLogger("keel.tools")
 
@@ -62,9 +62,9 @@ def tools_update(entries: Sequence[ToolEntry]) -> str:
             "and arguments:\n" + jsontext.dumps(schemas).decode() + "\n</tools_update>")
 
 
-def generic_calls(messages: list[dict[str, Any]], records: Sequence[Any]) -> list[dict[str, Any]]:
+def generic_calls(messages: list[JsonObject], records: Sequence[Json]) -> list[JsonObject]:
     """Real calls the client got back in the generic `call_tool` form the model produced."""
-    dispatched: dict[str, Any] = {}
+    dispatched: JsonObject = {}
     for record in records:
         dispatched.update(record.dispatched)
     if not dispatched:
@@ -96,7 +96,7 @@ class ToolPlanner:
     name = "tools"
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
-                 responder_for: Callable[[ToolPlan, Ranker], Any], store: Store | None = None,
+                 responder_for: Callable[[ToolPlan, Ranker], Responder], store: Store | None = None,
                  ttl: float = 30 * 24 * 3600, conversations: Conversations | None = None,
                  learned: LearnedPhrases | None = None) -> None:
         self.conversations = conversations
@@ -246,7 +246,7 @@ class ToolPlanner:
                       if n not in selected and n not in added]
         return added
 
-    def cheaper(self, turn: TurnTools, frozen: FrozenBlock, fresh: list[dict[str, Any]]) -> bool:
+    def cheaper(self, turn: TurnTools, frozen: FrozenBlock, fresh: list[JsonObject]) -> bool:
         """Auto stability: is a freshly chosen block expected to cost less than the cached one?
 
         Keeping the frozen block, the tools and the history before this turn are read from the
@@ -254,7 +254,7 @@ class ToolPlanner:
         request, catalog = turn.request, turn.catalog
         history = sum(len(jsontext.dumps(m)) for m in turn.messages) // 4
 
-        def tokens(block: list[dict[str, Any]]) -> int:
+        def tokens(block: list[JsonObject]) -> int:
             names = [t["function"]["name"] for t in block]
             known = catalog.entries_for(n for n in names if n in catalog.by_name)
             extra = sum(len(jsontext.dumps(t)) // 4 for t in block if t["function"]["name"] not in catalog.by_name)
@@ -349,7 +349,7 @@ class ToolPlanner:
         assert request.location is not None
         newest = request.location.chain.newest_user
         updates = {r.chain_hash: r.tools_update for r in request.location.records if r.tools_update}
-        fields: dict[str, Any] = {}
+        fields: JsonObject = {}
         if request.location.kind is not TurnKind.REGENERATED and newest is not None:
             seen = set(found_tools(request.location.records))  # a search answer showed them: in the history already
             announce = [n for n in new if n not in seen]
@@ -367,14 +367,14 @@ class ToolPlanner:
         return planned.with_record(**fields)
 
     @staticmethod
-    def _ordered(pinned: set[str], messages: Sequence[dict[str, Any]], request: Turn) -> list[str]:
+    def _ordered(pinned: set[str], messages: Sequence[JsonObject], request: Turn) -> list[str]:
         """Pinned tools in the order they were first needed: history first, then the rest by name."""
         order = [n for n in called_in_order(messages) if n in pinned]
         records = request.location.records if request.location else ()
         order += [n for n in found_tools(records) if n in pinned and n not in order]
         return order + sorted(pinned - set(order))
 
-    def _pinned(self, request: Turn, catalog: Catalog, query: str, messages: Sequence[dict[str, Any]],
+    def _pinned(self, request: Turn, catalog: Catalog, query: str, messages: Sequence[JsonObject],
                 found: Sequence[str]) -> set[str]:
         cfg = request.tenant.tools
         pinned = set(catalog.names_in(query, cfg.select.shortlist))

@@ -7,11 +7,11 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import orjson
 
 from proxy import jsontext
+from proxy.jsontext import Json, JsonObject
 from proxy.tools.catalog import Catalog, ToolEntry
 from proxy.tools.ranking import Ranker
 
@@ -23,7 +23,7 @@ CALL_TOOL = "call_tool"
 LISTING_CHARS = 700
 
 
-def call_tool() -> dict[str, Any]:
+def call_tool() -> JsonObject:
     """The generic call tool of `dispatch` stability: reaches any tool not in the frozen block."""
     return {
         "type": "function",
@@ -104,7 +104,7 @@ def listing(names: Sequence[str], mode: str = "names", max_chars: int = LISTING_
 
 
 @lru_cache(maxsize=512)
-def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int = LISTING_CHARS) -> dict[str, Any]:
+def search_tool(deferred: tuple[str, ...], mode: str = "names", max_chars: int = LISTING_CHARS) -> JsonObject:
     """The tool definition; its description lists every deferred tool so each is one search away.
     Cached: a conversation's turns usually defer the same tools."""
     listed = listing(deferred, mode, max_chars)
@@ -157,7 +157,7 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
         args = {}
     query = str(args.get("query") or "")
     given = args.get("names")
-    names: list[Any] = given if isinstance(given, list) else []
+    names: list[Json] = given if isinstance(given, list) else []
     allowed = set(deferred)
     chosen: list[str] = []
     for name in (n for n in names if isinstance(n, str)):  # exact names, or a folded family's pattern

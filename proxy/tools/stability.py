@@ -19,9 +19,10 @@ policy asks for (`Planning`: fresh, frozen, freeze, grow, rechoose, cheaper).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from proxy import jsontext
+from proxy.jsontext import JsonObject
 from proxy.tools.catalog import Catalog
 from proxy.turn import Turn
 
@@ -31,7 +32,7 @@ class FrozenBlock:
     """A segment's tool block as frozen at its start (stored under the segment's key)."""
 
     catalog: str  # the catalog key it was chosen from (another catalog: not this block)
-    block: list[dict[str, Any]]  # the tools as rendered, tool_search (and call_tool) included
+    block: list[JsonObject]  # the tools as rendered, tool_search (and call_tool) included
     surfaced: list[str]
     deferred: list[str]
 
@@ -51,7 +52,7 @@ class TurnTools:
 
     request: Turn
     catalog: Catalog
-    messages: list[dict[str, Any]]  # the client's, with hidden exchanges spliced back
+    messages: list[JsonObject]  # the client's, with hidden exchanges spliced back
     query: str  # the newest user message's text
     pinned: frozenset[str] = field(default_factory=frozenset)
 
@@ -62,7 +63,7 @@ class Choice:
 
     surfaced: list[str]
     deferred: list[str]
-    block: list[dict[str, Any]]
+    block: list[JsonObject]
     outcome: str  # ranked | ranking_fallback | no_tool_needed | not_ranked
 
 
@@ -85,7 +86,7 @@ class Planning(Protocol):
         """The frozen block, with tools needed since appended (or announced, when dispatching)."""
         ...
 
-    def cheaper(self, turn: TurnTools, frozen: FrozenBlock, fresh: list[dict[str, Any]]) -> bool: ...
+    def cheaper(self, turn: TurnTools, frozen: FrozenBlock, fresh: list[JsonObject]) -> bool: ...
 
     def planned(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn: ...
 
