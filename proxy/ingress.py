@@ -10,7 +10,7 @@ import hashlib
 import hmac
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from proxy import jsontext
@@ -124,9 +124,12 @@ def request_id(headers: Mapping[str, str]) -> str:
 
 
 def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
-               codec: Codec | None = None, resent: jsontext.Resent | None = None) -> Turn:
+               codec: Codec | None = None, resent: jsontext.Resent | None = None,
+               plans: Callable[[Turn], bool] | None = None) -> Turn:
     """The client's body, read by the codec of its API shape into the planners' view (a tools
-    array seen before, byte for byte, is not parsed again: `resent`)."""
+    array seen before, byte for byte, is not parsed again: `resent`). `plans`: would any planner
+    act on this turn? When none would, no view is made: the turn goes upstream as the client's
+    bytes, and whatever the upstream makes of its body is the client's own answer."""
     codec = codec or ChatCodec()
     try:
         body = resent.loads(raw) if resent is not None else jsontext.loads(raw)
@@ -137,15 +140,26 @@ def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
     try:
+        codec.check(body)
+        if plans is not None:
+            wire = _bound(Turn(caller.tenant, raw, body, headers, rid, codec, scope=caller.scope,
+                               memory_scope=caller.memory_scope, plannable=False), caller)
+            if not plans(wire):
+                return wire
         view = codec.view(body)
     except ValueError as exc:
         raise BadRequestError(str(exc), param="messages" if "messages" in str(exc) else None) from None
     messages = view.body["messages"]
     request = Turn(caller.tenant, raw, view.body, headers, rid, codec, view, caller.scope, caller.memory_scope,
                           client_messages=tuple(messages))
-    if caller.bound_user is not None:
-        claimed = request.end_user
-        if claimed is not None and claimed != caller.bound_user:
-            raise ForbiddenError(f"this key acts only for its own user, not {claimed!r}", code="user_mismatch")
-        request = replace(request, bound_user=caller.bound_user)
-    return request
+    return _bound(request, caller)
+
+
+def _bound(request: Turn, caller: Caller) -> Turn:
+    """A user key acts only as its own user (a 403 for a request claiming another)."""
+    if caller.bound_user is None:
+        return request
+    claimed = request.end_user
+    if claimed is not None and claimed != caller.bound_user:
+        raise ForbiddenError(f"this key acts only for its own user, not {claimed!r}", code="user_mismatch")
+    return replace(request, bound_user=caller.bound_user)

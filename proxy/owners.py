@@ -8,13 +8,15 @@ shown is recorded with its owner (a digest of the caller's credential and the en
 before the client reads it (one store write, within the store's budget); a request naming an
 id recorded for another owner gets a 403 in the Responses shape. An id Keel never saw, or a
 store that cannot answer, lets the request go as sent (fail-open: the provider still refuses
-ids of other provider keys).
+ids of other provider keys). A passthrough tenant's callers send their own provider keys, and
+whoever holds a key can name any of its responses at the provider directly: nothing is recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterable, AsyncIterator
 
 import orjson
@@ -22,11 +24,13 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from proxy.errors import ForbiddenError
+from proxy.jsontext import Json
 from proxy.stores import Store, StoreError, key
 from proxy.turn import Turn
 
 log = logging.getLogger("keel.owners")
 CREATED = b'"response.created"'
+LEADING_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*"([A-Za-z0-9_.:-]{1,256})"')
 Chunk = str | bytes | memoryview  # what a StreamingResponse body yields
 
 
@@ -53,8 +57,9 @@ class ResponseOwners:
                                  param="previous_response_id")
 
     async def watch(self, turn: Turn, response: Response) -> Response:
-        """Record the id of the response the client gets, read from the body or the stream."""
-        if response.status_code != 200:
+        """Record the id of the response the client gets, read from the body or the stream (not
+        for `store: false`: the provider keeps no such response to continue from)."""
+        if response.status_code != 200 or turn.body.get("store") is False:
             return response
         if isinstance(response, StreamingResponse):
             response.body_iterator = self._stream(turn, response.body_iterator)
@@ -78,12 +83,16 @@ class ResponseOwners:
             yield chunk
 
     async def _record(self, turn: Turn, data: bytes, nested: bool = False) -> None:
-        try:
-            parsed = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        holder = parsed.get("response") if nested and isinstance(parsed, dict) else parsed
-        shown = holder.get("id") if isinstance(holder, dict) else None
+        leading = None if nested else LEADING_ID.match(data)  # a Responses body opens with its id
+        if leading is not None:
+            shown: Json = leading.group(1).decode()
+        else:
+            try:
+                parsed = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return
+            holder = parsed.get("response") if nested and isinstance(parsed, dict) else parsed
+            shown = holder.get("id") if isinstance(holder, dict) else None
         if isinstance(shown, str):
             try:
                 await self.store.set(self._key(turn.tenant.id, shown), turn.owner.encode(), self.ttl)

@@ -46,6 +46,10 @@ class Pipeline:
         self.deadline = deadline
         self.digests = ContextDigests()
 
+    def plans(self, request: Turn) -> bool:
+        """Would any planner act on this turn? (None: it goes upstream as the client sent it.)"""
+        return any(p.applies(request) for p in self.planners)
+
     async def run(self, request: Turn) -> Turn:
         active = [p for p in self.planners if p.applies(request)]
         if not active or not request.plannable:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import orjson
 import pytest
 from conftest import KEY, KEY_DIGEST, ServerThread, eventually, keel_config, small_catalog, tenant
@@ -285,7 +286,9 @@ def test_the_configs_digest_is_not_a_cookie(keel_on: ServerThread) -> None:
 # --- 5. isolation on /v1/responses: previous_response_id ----------------------------------------------------
 
 
-def test_previous_response_id_of_another_user_is_refused(stand: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_previous_response_id_of_another_user_is_refused(stand: ServerThread, start_keel: Callable[..., ServerThread],
+                                                         stream: bool) -> None:
     """With `auth.user_keys` each key "acts only as its own user" (a 403 for any other). Yet bob's key may
     continue from alice's response: Keel forwards `previous_response_id` with the tenant's one provider
     key, and the provider, which stores responses per key, answers bob from alice's conversation. (The
@@ -295,10 +298,15 @@ def test_previous_response_id_of_another_user_is_refused(stand: ServerThread, st
     config = admin_tenant(stand.url + "/v1")
     config["auth"] = {"user_keys": [{"key": "sha256:" + hashlib.sha256(k.encode()).hexdigest(), "user": u} for u, k in keys.items()]}
     keel = start_keel(keel_config(config))
-    first = httpx.post(
-        keel.url + "/v1/responses", headers={"authorization": f"Bearer {keys['alice']}"}, json={"model": "m", "input": "my PIN is 4711"}
-    )
-    theirs = first.json()["id"]
+    alice = openai.OpenAI(base_url=keel.url + "/v1", api_key=keys["alice"], max_retries=0)
+    if stream:
+        with alice.responses.stream(model="m", input="my PIN is 4711") as events:
+            theirs = events.get_final_response().id
+    else:
+        theirs = alice.responses.create(model="m", input="my PIN is 4711").id
+    mine = httpx.post(keel.url + "/v1/responses", headers={"authorization": f"Bearer {keys['alice']}"},
+                      json={"model": "m", "input": "and now?", "previous_response_id": theirs})
+    assert mine.status_code == 200, "the owner continues as usual"
     before = len(stand.app.state.standin.requests)
     reply = httpx.post(
         keel.url + "/v1/responses",

@@ -46,6 +46,10 @@ class Codec(Protocol):
     shape: str  # chat | responses | messages
     stream_end: re.Pattern[bytes]  # what a whole event stream of this shape ends with
 
+    def check(self, wire: JsonObject) -> None:
+        """Raise ValueError for a body that is not of this shape (what `view` checks, no view made)."""
+        ...
+
     def view(self, wire: JsonObject) -> View:
         """The planners' view of a client body (raises ValueError for a body of another shape)."""
         ...

@@ -98,10 +98,14 @@ class MessagesCodec:
     def __init__(self) -> None:
         self._tools = ToolViews()
 
-    def view(self, wire: JsonObject) -> View:
+    def check(self, wire: JsonObject) -> None:
         given = wire.get("messages")
         if not isinstance(given, list) or not all(isinstance(m, dict) for m in given):
             raise ValueError("'messages' must be a list of message objects")
+
+    def view(self, wire: JsonObject) -> View:
+        self.check(wire)
+        given = wire["messages"]
         take = Origins()
         messages: list[JsonObject] = []
         system = wire.get("system")

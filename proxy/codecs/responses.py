@@ -109,7 +109,15 @@ class ResponsesCodec:
     def __init__(self) -> None:
         self._tools = ToolViews()
 
+    def check(self, wire: JsonObject) -> None:
+        given = wire.get("input")
+        if isinstance(given, list) and not all(isinstance(item, dict) for item in given):
+            raise ValueError("every entry of 'input' must be an object")
+        if given is not None and not isinstance(given, (str, list)):
+            raise ValueError("'input' must be a string or a list of items")
+
     def view(self, wire: JsonObject) -> View:
+        self.check(wire)
         take = Origins()
         messages: list[JsonObject] = []
         instructions = wire.get("instructions")
@@ -119,11 +127,7 @@ class ResponsesCodec:
         if isinstance(given, str):
             messages.append(take.take({"role": "user", "content": given}, given))
         elif isinstance(given, list):
-            if not all(isinstance(item, dict) for item in given):
-                raise ValueError("every entry of 'input' must be an object")
             messages += item_messages(given, take)
-        elif given is not None:
-            raise ValueError("'input' must be a string or a list of items")
         body: JsonObject = {k: v for k, v in wire.items() if k not in ("input", "instructions", "tools")}
         body["messages"] = messages
         tools = wire.get("tools")
