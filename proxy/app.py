@@ -411,7 +411,7 @@ def create_app(
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.put), methods=["PUT"])
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.delete), methods=["DELETE"])
     app.router.add_route("/v1/{path:path}", guarded(passthrough), methods=methods)
-    page = SavingsPage(config, keel.ledger, keel.read_body)  # /keel/: the savings page (admin keys)
+    page = SavingsPage(config, keel.ledger, keel.read_body, keel.store)  # /keel/: the savings page (admin keys)
     app.router.add_route("/keel/", guarded(page.overview), methods=["GET"])
 
     async def to_page(request: Request) -> Response:

@@ -270,17 +270,21 @@ def test_login_from_another_site_is_refused(keel_on: ServerThread) -> None:
     assert httpx.post(keel_on.url + "/keel/login", data={"key": ADMIN}).status_code == 303  # no Origin: curl, tests
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: the cookie is the key's SHA-256, the very value auth.admin_keys "
-    "stores; a signed, expiring cookie needs a secret Keel does not have yet",
-)
 def test_the_configs_digest_is_not_a_cookie(keel_on: ServerThread) -> None:
-    """The sign-in cookie is the admin key's SHA-256 digest, which is exactly what `auth.admin_keys` holds
-    (`sha256:<hex>`): anyone who reads the config (a ConfigMap, a repository, `keel check-config`'s
-    output) opens the page without the key, and a cookie once seen opens it for as long as the key
-    lives (max_age is the browser's business; sign-out revokes nothing)."""
-    assert httpx.get(keel_on.url + "/keel/", cookies={"keel_admin": ADMIN_DIGEST}).status_code != 200
+    """The sign-in cookie was the admin key's SHA-256 digest, exactly what `auth.admin_keys` holds
+    (`sha256:<hex>`): anyone who read the config opened the page without the key, for as long as
+    the key lived. Now it is signed (a secret in the store) and expires: the digest alone, an
+    altered expiry or a stale cookie opens nothing; the cookie a sign-in sets does."""
+    def page(cookie: str) -> str:
+        return httpx.get(keel_on.url + "/keel/", cookies={"keel_admin": cookie}).text
+
+    signed_in = httpx.post(keel_on.url + "/keel/login", data={"key": ADMIN}).cookies["keel_admin"]
+    assert "Sign out" in page(signed_in)
+    expires, digest, mac = signed_in.split(".")
+    assert digest == ADMIN_DIGEST
+    for forged in (ADMIN_DIGEST, f"{int(expires) + 3600}.{digest}.{mac}", f"{int(time.time()) - 1}.{digest}.{mac}",
+                   f"{expires}.{digest}.{'0' * 64}"):
+        assert "Sign out" not in page(forged), forged
 
 
 # --- 5. isolation on /v1/responses: previous_response_id ----------------------------------------------------

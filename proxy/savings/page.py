@@ -1,8 +1,10 @@
 """/keel/: the savings page, served by Keel itself (server-rendered HTML and plain SVG, nothing to build).
 
 Who may look: a tenant's admin key (`auth.admin_keys`), as `Authorization: Bearer <key>` or through
-the login form, which sets a cookie holding the key's SHA-256 digest (HttpOnly, SameSite=Strict,
-path /keel): the cookie opens this page and nothing else, never the API. An admin sees the tenants
+the login form, which sets a signed cookie (HttpOnly, SameSite=Strict, path /keel): the key's
+digest, an expiry 12 hours on, and an HMAC of both under a secret Keel keeps in its store (made
+once, shared by workers and replicas), so neither the config's digest nor an expired cookie opens
+anything. The cookie opens this page and nothing else, never the API. An admin sees the tenants
 it is an admin of.
 
     GET  /keel/                      summary for ?tenant= and ?since= (24h, 7d, 30d, …)
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from html import escape
@@ -29,8 +32,11 @@ from proxy.jsontext import JsonObject
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
 from proxy.savings.report import parse_since, summary
+from proxy.stores import Store, StoreError, key
 
 COOKIE = "keel_admin"
+COOKIE_SECONDS = 12 * 3600
+SECRET_KEY = key("page", "cookie-secret")
 RANGES = ("24h", "7d", "30d")
 CAUSE_LABELS = {"tools": "tools deferred", "search": "tool_search rounds", "cache": "cache reads gained",
                 "judgments": "judgments", "memory": "memory runs avoided"}
@@ -58,9 +64,39 @@ LOGIN_BODY_LIMIT = 4096  # a sign-in form carries a key, nothing larger
 
 class SavingsPage:
     def __init__(self, config: KeelConfig, ledger: Ledger,
-                 read_body: Callable[[Request, int], Awaitable[bytes]]) -> None:
-        self.ledger, self.read_body = ledger, read_body
+                 read_body: Callable[[Request, int], Awaitable[bytes]], store: Store) -> None:
+        self.ledger, self.read_body, self.store = ledger, read_body, store
         self._admins = [(d, t) for t in config.tenants for d in t.auth.key_digests(admin=True)]
+        self._secret: bytes | None = None
+        self._fallback = secrets.token_bytes(32)  # while the store cannot answer: this process's cookies only
+
+    async def _cookie_secret(self) -> bytes:
+        """The cookies' HMAC key: made once in the store, the same for every worker and replica."""
+        if self._secret is None:
+            try:
+                await self.store.set_if_absent(SECRET_KEY, secrets.token_bytes(32), 10 * 365 * 86400)
+                self._secret = await self.store.get(SECRET_KEY)
+            except StoreError:
+                return self._fallback
+        return self._secret or self._fallback
+
+    async def _cookie(self, digest: bytes) -> str:
+        expires = str(int(time.time()) + COOKIE_SECONDS)
+        mac = hmac.new(await self._cookie_secret(), f"{expires}.{digest.hex()}".encode(), "sha256").hexdigest()
+        return f"{expires}.{digest.hex()}.{mac}"
+
+    async def _from_cookie(self, cookie: str) -> bytes | None:
+        """The key digest a cookie was signed for, if it is Keel's, unaltered and unexpired."""
+        parts = cookie.split(".")
+        if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) < time.time() or len(parts[1]) != 64:
+            return None
+        wanted = hmac.new(await self._cookie_secret(), f"{parts[0]}.{parts[1]}".encode(), "sha256").hexdigest()
+        if not hmac.compare_digest(wanted, parts[2]):
+            return None
+        try:
+            return bytes.fromhex(parts[1])
+        except ValueError:
+            return None
 
     # Who is looking
 
@@ -69,20 +105,17 @@ class SavingsPage:
             return []
         return [t for d, t in self._admins if hmac.compare_digest(d, digest)]
 
-    def _viewer(self, request: Request) -> list[TenantConfig]:
+    async def _viewer(self, request: Request) -> list[TenantConfig]:
         authorization = request.headers.get("authorization", "")
         if authorization[:7].lower() == "bearer " and authorization[7:].strip():
             return self._tenants_for(_digest(authorization[7:].strip()))
         if request.url.path.startswith("/keel/api/"):
             return []  # the cookie opens the page, never the API
         cookie = request.cookies.get(COOKIE, "")
-        try:
-            return self._tenants_for(bytes.fromhex(cookie)) if len(cookie) == 64 else []
-        except ValueError:
-            return []
+        return self._tenants_for(await self._from_cookie(cookie)) if cookie else []
 
-    def _scope(self, request: Request) -> tuple[TenantConfig, str, float] | Response:
-        tenants = self._viewer(request)
+    async def _scope(self, request: Request) -> tuple[TenantConfig, str, float] | Response:
+        tenants = await self._viewer(request)
         if not tenants:
             if request.url.path.startswith("/keel/api/"):
                 return Response(b'{"error":"an admin key is needed"}', status_code=401, media_type="application/json")
@@ -108,7 +141,7 @@ class SavingsPage:
         if not key or not self._tenants_for(_digest(key)):
             return self._login("That is not an admin key of any tenant.", status=401)
         response = RedirectResponse("/keel/", status_code=303)
-        response.set_cookie(COOKIE, _digest(key).hex(), max_age=12 * 3600, path="/keel", httponly=True,
+        response.set_cookie(COOKIE, await self._cookie(_digest(key)), max_age=COOKIE_SECONDS, path="/keel", httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")
         return response
 
@@ -120,33 +153,33 @@ class SavingsPage:
         return response
 
     async def overview(self, request: Request) -> Response:
-        scope = self._scope(request)
+        scope = await self._scope(request)
         if isinstance(scope, Response):
             return scope
         tenant, since_text, since = scope
         report = await summary(self.ledger, tenant.id, since)
-        others = [t.id for t in self._viewer(request)]
+        others = [t.id for t in (await self._viewer(request))]
         return _html(f"Keel savings: {tenant.id}", _nav(tenant.id, since_text, others) + _overview(report, since_text))
 
     async def conversation(self, request: Request) -> Response:
-        scope = self._scope(request)
+        scope = await self._scope(request)
         if isinstance(scope, Response):
             return scope
         tenant, since_text, _ = scope
         conversation = request.query_params.get("id", "")
         turns = await self.ledger.turns(tenant.id, conversation)
-        body = _nav(tenant.id, since_text, [t.id for t in self._viewer(request)]) + _inspector(conversation, turns)
+        body = _nav(tenant.id, since_text, [t.id for t in (await self._viewer(request))]) + _inspector(conversation, turns)
         return _html(f"Keel: conversation {conversation[:16]}", body)
 
     async def api_summary(self, request: Request) -> Response:
-        scope = self._scope(request)
+        scope = await self._scope(request)
         if isinstance(scope, Response):
             return scope
         tenant, _, since = scope
         return Response(orjson.dumps(await summary(self.ledger, tenant.id, since)), media_type="application/json")
 
     async def api_conversation(self, request: Request) -> Response:
-        scope = self._scope(request)
+        scope = await self._scope(request)
         if isinstance(scope, Response):
             return scope
         turns = await self.ledger.turns(scope[0].id, request.query_params.get("id", ""))
