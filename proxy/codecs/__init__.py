@@ -106,6 +106,22 @@ def strip_keel(value: Json) -> Json:
     return value
 
 
+def view_body(wire: JsonObject, messages: list[JsonObject], replaced: tuple[str, ...], own: Callable[[Json], bool],
+              to_view: Callable[[JsonObject], JsonObject], choice: str, take: Origins, views: ToolViews) -> View:
+    """The view of a shape's body: its other fields as sent, `messages` in place of the fields
+    they came from (`replaced`), its tools (`view_tools`), and a tool_choice naming one tool of
+    type `choice` as chat's."""
+    body: JsonObject = {k: v for k, v in wire.items() if k not in replaced}
+    body["messages"] = messages
+    tools = wire.get("tools")
+    if isinstance(tools, list):
+        body.update(view_tools(tools, own, to_view, take, views))
+    named = wire.get("tool_choice")
+    if isinstance(named, dict) and named.get("type") == choice:
+        body["tool_choice"] = {"type": "function", "function": {"name": named.get("name")}}
+    return View(body, wire, take.origin, tuple(take.keep))
+
+
 def view_tools(tools: list[Json], own: Callable[[Json], bool], to_view: Callable[[JsonObject], JsonObject],
                take: Origins, views: ToolViews) -> dict[str, list[Json]]:
     """A shape's tools in the view: its function tools as chat function tools (`tools`, made once

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from proxy import jsontext
-from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_tools
+from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_body
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 
@@ -122,15 +122,8 @@ class MessagesCodec:
                 messages += _user(message, group, take)
             else:
                 messages.append(take.take({**message, KEEL: f"g{group}"}, message))
-        body: JsonObject = {k: v for k, v in wire.items() if k not in ("messages", "system", "tools")}
-        body["messages"] = messages
-        tools = wire.get("tools")
-        if isinstance(tools, list):
-            body.update(view_tools(tools, _is_custom, function_tool, take, self._tools))
-        choice = wire.get("tool_choice")
-        if isinstance(choice, dict) and choice.get("type") == "tool":
-            body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
-        return View(body, wire, take.origin, tuple(take.keep))
+        return view_body(wire, messages, ("messages", "system", "tools"), _is_custom, function_tool, "tool", take,
+                         self._tools)
 
     def render(self, body: JsonObject, view: View) -> JsonObject:
         wire = dict(view.wire)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_tools
+from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_body
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 
@@ -128,15 +128,8 @@ class ResponsesCodec:
             messages.append(take.take({"role": "user", "content": given}, given))
         elif isinstance(given, list):
             messages += item_messages(given, take)
-        body: JsonObject = {k: v for k, v in wire.items() if k not in ("input", "instructions", "tools")}
-        body["messages"] = messages
-        tools = wire.get("tools")
-        if isinstance(tools, list):
-            body.update(view_tools(tools, _is_function, function_tool, take, self._tools))
-        choice = wire.get("tool_choice")
-        if isinstance(choice, dict) and choice.get("type") == "function":
-            body["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
-        return View(body, wire, take.origin, tuple(take.keep))
+        return view_body(wire, messages, ("input", "instructions", "tools"), _is_function, function_tool, "function",
+                         take, self._tools)
 
     def render(self, body: JsonObject, view: View) -> JsonObject:
         wire = dict(view.wire)
