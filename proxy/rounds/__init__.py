@@ -145,3 +145,20 @@ class StreamFraming(Protocol):
     def saw_end(self) -> bool:
         """The upstream's own stream ended with its end marker."""
         ...
+
+
+class RenumberedStream:
+    """What the Responses and Messages stream rewriters share: several upstream rounds become one
+    client stream whose items (output items, content blocks) are renumbered around the withheld
+    tool_search ones."""
+
+    def __init__(self) -> None:
+        self.error = False
+        self.finished = False
+        self.own_calls: list[Message] = []
+        self.usage: Json = None
+        self.round = 0
+        self.offset = 0  # visible items of earlier rounds (this round's index base)
+        self.index_map: dict[int, int | None] = {}  # this round's index -> the client's (None: withheld)
+        self.visible: list[Json] = []  # every visible item so far, all rounds, in order
+        self.held: list[bytes] = []

@@ -19,7 +19,7 @@ from proxy.codecs import Origins
 from proxy.codecs.messages import assistant_message
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import Message
-from proxy.rounds import Round, add_usage
+from proxy.rounds import RenumberedStream, Round, add_usage
 from proxy.sse import Event
 
 
@@ -71,24 +71,16 @@ class MessagesJson:
         return jsontext.dumps(data)
 
 
-class MessagesStream:
+class MessagesStream(RenumberedStream):
     """Rewrites one client stream of Messages events out of one or more upstream streams."""
 
     def __init__(self) -> None:
-        self.error = False
-        self.finished = False
-        self.own_calls: list[Message] = []
-        self.usage: Json = None
-        self.round = 0
+        super().__init__()
         self.changed = False  # something was withheld or renumbered: the closing events are Keel's
-        self.offset = 0  # visible blocks of earlier rounds
-        self.index_map: dict[int, int | None] = {}  # this round's block index -> the client's (None: withheld)
         self.blocks: dict[int, JsonObject] = {}  # this round's blocks, assembled
         self.pieces: dict[int, list[str]] = {}  # tool_use input / text / thinking pieces by block index
-        self.visible: list[JsonObject] = []  # every visible block so far, all rounds
         self.stop_reason: str | None = None
         self.stop_sequence: Json = None
-        self.held: list[bytes] = []
         self.stopped = False
 
     def feed(self, event: Event) -> bytes | None:

@@ -22,7 +22,7 @@ from proxy.codecs import Origins
 from proxy.codecs.responses import item_messages
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import Message
-from proxy.rounds import Round, add_usage
+from proxy.rounds import RenumberedStream, Round, add_usage
 from proxy.sse import Event
 
 _ROUND_START = ("response.created", "response.in_progress", "response.queued")
@@ -77,23 +77,15 @@ class ResponsesJson:
         return jsontext.dumps(data)
 
 
-class ResponsesStream:
+class ResponsesStream(RenumberedStream):
     """Rewrites one client stream of Responses events out of one or more upstream streams."""
 
     def __init__(self) -> None:
-        self.error = False
-        self.finished = False
-        self.own_calls: list[Message] = []
-        self.usage: Json = None
-        self.round = 0
+        super().__init__()
         self.sequence = 0  # the next sequence_number the client gets
         self.renumber = False  # something was withheld: every later event is renumbered
-        self.visible: list[Json] = []  # every visible output item so far, all rounds, in order
-        self.offset = 0  # visible items of earlier rounds (output_index base of this round)
-        self.index_map: dict[int, int | None] = {}  # this round's output_index -> the client's (None: withheld)
         self.items: dict[int, Json] = {}  # this round's finished items by upstream output_index
         self.completed: JsonObject | None = None  # this round's response.completed payload
-        self.held: list[bytes] = []
         self.first_id: str | None = None  # the response the client was told of
         self.alias: tuple[str, str] | None = None  # (first id, last round's id) once Keel continued
 
