@@ -142,8 +142,7 @@ class Keel:
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics,
                                                                      learned),
                             self.store, self.config.store.conversation_ttl_seconds, self.conversations, learned)
-        # Tools first (it splices hidden exchanges by the client's indexes), then the memory job,
-        # then context (memory is one of its sources), then cache hints.
+        # DESIGN.md's order; each planner's `after` says why, and the pipeline refuses another.
         return [tools, MemoryPlanner(self.memory_jobs), ContextPlanner(self.conversations, memory=self.memory_book),
                 CachePlanner()]
 

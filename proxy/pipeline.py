@@ -28,6 +28,8 @@ STAGE_DEADLINE = 2.0  # seconds: a backstop; rankers, judges and the store have 
 
 class Planner(Protocol):
     name: str
+    # Planners this one must run after, when present: the order is data the pipeline checks.
+    after: tuple[str, ...]
 
     def applies(self, request: Turn) -> bool:
         """Whether this planner has anything to do for the request's tenant (cheap, no I/O)."""
@@ -36,9 +38,21 @@ class Planner(Protocol):
     async def plan(self, request: Turn) -> Turn: ...
 
 
+def check_order(planners: Sequence[Planner]) -> None:
+    """Refuse a planner list in which a planner comes before one it must run after."""
+    seen: set[str] = set()
+    names = {p.name for p in planners}
+    for planner in planners:
+        missing = [n for n in planner.after if n in names and n not in seen]
+        if missing:
+            raise ValueError(f"planner {planner.name!r} must run after {', '.join(missing)}")
+        seen.add(planner.name)
+
+
 class Pipeline:
     def __init__(self, planners: Sequence[Planner], metrics: Metrics, conversations: Conversations,
                  store_healthy: Callable[[], bool] = lambda: True, deadline: float = STAGE_DEADLINE) -> None:
+        check_order(planners)
         self.planners = tuple(planners)
         self.metrics = metrics
         self.conversations = conversations

@@ -246,6 +246,7 @@ class FailingPlanner:
     def __init__(self, mode: Literal["raise", "hang"] = "raise", name: str = "failing") -> None:
         self.mode = mode
         self.name = name
+        self.after: tuple[str, ...] = ()
 
     def applies(self, request: Turn) -> bool:
         return True

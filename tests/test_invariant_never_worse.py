@@ -202,6 +202,7 @@ class RespondingPlanner:
     """Hands the response to a responder that raises before it answers."""
 
     name = "exploding"
+    after: tuple[str, ...] = ()
 
     def applies(self, request: Turn) -> bool:
         return True
@@ -222,6 +223,7 @@ def test_failing_responder(standin: ServerThread, start_keel: Callable[..., Serv
 
 class Unencodable:
     name = "unencodable"
+    after: tuple[str, ...] = ()
 
     def applies(self, request: Turn) -> bool:
         return True

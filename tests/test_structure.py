@@ -89,3 +89,31 @@ def test_any_is_rare_and_each_use_says_why() -> None:
     unexplained = [f"{f}:{n}: {line.strip()}" for f, n, line, above in uses
                    if "Any:" not in line and "Any:" not in above and not line.startswith("Json = Any")]
     assert unexplained == []
+
+
+def test_planner_order_is_data_the_pipeline_checks() -> None:
+    """Each planner names what it must run after; a list in another order is refused at start."""
+    import pytest
+
+    from proxy.pipeline import check_order
+    from proxy.testing import FailingPlanner
+
+    def planner(name: str, after: tuple[str, ...] = ()) -> FailingPlanner:
+        made = FailingPlanner(name=name)
+        made.after = after
+        return made
+
+    check_order([planner("tools"), planner("context", ("tools",))])
+    check_order([planner("context", ("tools",))])  # one it must follow that is absent: fine
+    with pytest.raises(ValueError, match="must run after tools"):
+        check_order([planner("context", ("tools",)), planner("tools")])
+
+
+def test_default_planners_run_in_designed_order() -> None:
+    from proxy.app import create_app
+    from proxy.config import parse_config
+
+    config = parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [
+        {"id": "t", "auth": {"keys": ["sha256:" + "0" * 64]}, "upstream": {"base_url": "http://127.0.0.1:9/v1"}}]}, "t")
+    keel = create_app(config).state.keel
+    assert [p.name for p in keel.pipeline.planners] == ["tools", "memory", "context", "cache"]

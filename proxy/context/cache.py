@@ -63,6 +63,7 @@ def _chars(value: Json) -> int:
 
 class CachePlanner:
     name = "cache"
+    after: tuple[str, ...] = ("tools", "memory", "context")  # breakpoints go on the prompt as the others left it
 
     def applies(self, request: Turn) -> bool:
         cache = request.tenant.cache

@@ -87,6 +87,7 @@ def render_front(anchor: SegmentAnchor, with_memory: bool = True, marker: str | 
 
 class ContextPlanner:
     name = "context"
+    after: tuple[str, ...] = ("tools", "memory")  # memory is one of its sources
 
     def __init__(self, conversations: Conversations, clock: Callable[[], float] = time.time,
                  memory: MemoryBook | None = None) -> None:

@@ -73,6 +73,7 @@ def limits(tenant: TenantConfig) -> Limits:
 
 class MemoryPlanner:
     name = "memory"
+    after: tuple[str, ...] = ("tools",)  # the job holds the messages as the client sent them, hidden exchanges spliced
 
     def __init__(self, jobs: MemoryJobs) -> None:
         self.jobs = jobs

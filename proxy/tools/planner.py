@@ -94,6 +94,7 @@ class _NoStore:
 
 class ToolPlanner:
     name = "tools"
+    after: tuple[str, ...] = ()  # first: it splices hidden exchanges back by the client's own indexes
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
                  responder_for: Callable[[ToolPlan, Ranker], Responder], store: Store | None = None,
