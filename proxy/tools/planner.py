@@ -251,15 +251,17 @@ class ToolPlanner:
         """Auto stability: is a freshly chosen block expected to cost less than the cached one?
 
         Keeping the frozen block, the tools and the history before this turn are read from the
-        provider's cache at `cache.read_price`; a fresh block misses everything after it."""
+        provider's cache at `cache.read_price`; a fresh block misses everything after it. Sizes
+        are estimated from characters, never from token counts a background thread may or may
+        not have filled in yet: every replica decides the same for the same turn."""
         request, catalog = turn.request, turn.catalog
         history = sum(len(jsontext.dumps(m)) for m in turn.messages) // 4
 
         def tokens(block: list[JsonObject]) -> int:
             names = [t["function"]["name"] for t in block]
-            known = catalog.entries_for(n for n in names if n in catalog.by_name)
+            known = sum(e.chars for e in catalog.entries_for(n for n in names if n in catalog.by_name)) // 4
             extra = sum(len(jsontext.dumps(t)) // 4 for t in block if t["function"]["name"] not in catalog.by_name)
-            return self.catalogs.tool_tokens(catalog, known) + extra
+            return known + extra
 
         keep = request.tenant.cache.read_price * (tokens(frozen.block) + history)
         return tokens(fresh) + history < keep
