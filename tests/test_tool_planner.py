@@ -229,3 +229,22 @@ async def test_malformed_tools_pass_through(bad: Any) -> None:
     assert planned.body["tools"] == tools and planned.responder is None
     again = await p.plan(req.with_body({**req.body, "tools": tools}))  # not cached as valid
     assert again.body["tools"] == tools
+
+
+@pytest.mark.parametrize("text", ["What is the current METAR for JFK?", "show me the latest release notes",
+                                  "is it raining in Oslo today?", "use a random number generator to pick 1-20",
+                                  "display a chart of the volatility index", "find me some pictures of kittens"])
+def test_questions_about_now_and_asks_for_tools_get_tools(text: str) -> None:
+    """Classes the gate must not call the model's own work: the world as it is now, an ask to use
+    a tool, an ask for images or charts. Each is a request to act, whatever the ranking scored."""
+    from proxy.tools.gate import ACT_FLOOR, acts, needs_tool_probability
+
+    assert acts(text)
+    assert needs_tool_probability(0.0, text) >= ACT_FLOOR
+
+
+@pytest.mark.parametrize("text", ["thanks, that fixed it!", "write a poem about the sea", "why is the sky blue?"])
+def test_own_work_stays_lean(text: str) -> None:
+    from proxy.tools.gate import needs_tool_probability
+
+    assert needs_tool_probability(0.0, text) < 0.5

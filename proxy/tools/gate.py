@@ -3,7 +3,8 @@
 Costs are asymmetric (a withheld tool fails a task, an extra one costs a few hundred tokens),
 so the gate says "no tool" only where it is confident: small talk in 17 languages, creative
 writing, opinions, follow-ups and why/what-is questions. A request to act (a path, URL, id,
-"near…", an action verb on a thing) always gets tools, and so does a turn in any language but
+"near…", an action verb on a thing, a question about now: "current", "latest", "today") always
+gets tools, and so does a turn in any language but
 English unless it is clearly one of those. In between, a small logistic model over the ranking's
 raw top score and the message's shape decides; with the `local` backend also the model's
 cosines to the nearest tools and to built-in example turns, in units of that model's own cosine
@@ -80,6 +81,12 @@ _ACT_SIGNAL = re.compile(
     r"\b(?!(?:and|or|he|she|his|him|her|yes|true|km|miles|per|w|s)/)[A-Za-z][\w.\-]*/[\w.\-]*[A-Za-z0-9]\b|"
     r"\b[A-Z][A-Z0-9]{1,9}-\d+\b|(?<![\w&])#\d+\b|(?<![\w&])#[a-z][\w\-]+|"
     r"\b(?:PR|pr|issue|ticket|pull request)\s*#?\d+\b|\b[a-z]{2,6}_[A-Za-z0-9]{6,}\b|"
+    r"\b(?:current(?:ly)?|latest|right now|today'?s?|tonight|live|real[- ]?time|up[- ]to[- ]date|"
+    r"this (?:week|weekend|month)|tomorrow'?s?|upcoming|forecast)\b|"
+    r"\b(?:use|using) (?:a|an|the|your|some) [\w\- ]{0,30}(?:tool|generator|calculator|api|plugin|engine|"
+    r"database|service|app)\b|"
+    r"\b(?:show|display|find|get|provide|send|generate|draw|plot)\b[^.?!]{0,40}\b(?:images?|pictures?|photos?|"
+    r"videos?|gifs?|graphs?|charts?|maps?|plots?)\b|"
     r"\bnear(?:by)?\b|\baround (?:me|here)\b|\bclosest\b|cerca de|près d|in der nähe|perto d|vicino a|in de buurt|"
     r"近く|附近|근처|рядом|около|yakın|blisko|dekat|gần|"
     r"^\W*(?:(?:now|then|also|and|so|ok(?:ay)?|next|first)\W+)?(?:please\s+|can you\s+|could you\s+|would you\s+|"
@@ -131,7 +138,10 @@ def conversational(text: str) -> bool:
 
 @lru_cache(maxsize=TEXT_CACHE)
 def acts(text: str) -> bool:
-    """A request to act: a path, URL, id, "near…", or an action verb that works on something."""
+    """A request to act: a path, URL, id, "near…", an action verb that works on something, a
+    question about the world as it is now ("current", "latest", "today", "live"…), which no
+    model knows without looking, an ask to use a tool ("use a random number generator"), or one
+    for images, charts or maps."""
     return any(_ACT_SIGNAL.search(clause) for clause in clauses(text))
 
 
