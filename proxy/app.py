@@ -33,6 +33,7 @@ from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
 from proxy.defaults import create_upstream, open_store
+from proxy.encoding import accept_encoding
 from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
 from proxy.ingress import Authenticator, Caller, parse_turn, request_id
 from proxy.jsontext import Json, Resent
@@ -206,6 +207,8 @@ class Keel:
                 url += "?" + query.decode("latin-1")
             headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid,
                                        caller.upstream_api_key)
+            if codec is not None and "accept-encoding" in headers:  # Keel reads these replies: only what it decodes
+                headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
 
             async def send(content: bytes | None) -> UpstreamResponse:

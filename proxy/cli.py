@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="prompt-cache rules to simulate for chat completions (responses and messages follow "
                               "their provider's; none: skip for all, for overhead benchmarks)")
     standin.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    standin.add_argument("--gzip", action="store_true", help="gzip every reply a client accepts gzip for, streams "
+                                                             "included (a provider behind a CDN)")
     report = sub.add_parser("report", help="savings per tenant: tokens and dollars direct vs through Keel, by cause")
     report.add_argument("--config", help="the config whose store to read (default: the quickstart's --store)")
     report.add_argument("--store", default="sqlite:///keel.db", help="store URL without --config")
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "standin":
             from proxy.server import serve_standin
 
-            serve_standin(args.host, args.port, args.rules, args.log_level)
+            serve_standin(args.host, args.port, args.rules, args.log_level, args.gzip)
             return 0
         from proxy.server import serve as run
         from proxy.server import serve_quickstart

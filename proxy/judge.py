@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from proxy.encoding import decoded
 from proxy.jsontext import Json, JsonObject
 from proxy.upstream import Upstream, json_headers
 
@@ -51,7 +52,7 @@ async def ask(upstream: Upstream, url: str, api_key: str | None, model: str, sys
     body = {"model": model, "temperature": 0, "max_tokens": max_tokens, "logprobs": True, "top_logprobs": 5,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
     response = await upstream.open("POST", url, json_headers(api_key), orjson.dumps(body))
-    raw = await response.read()
+    raw = await decoded(response).read()
     if response.status != 200:
         raise JudgeError(f"the judge's upstream answered {response.status}")
     data = orjson.loads(raw)

@@ -2,8 +2,10 @@
 
 The body goes back exactly as the upstream sent it (still content-encoded): read whole for
 JSON up to `INSPECT_LIMIT` (so its usage can be accounted and headers set), passed on chunk
-by chunk as it arrives for event streams, binary bodies and larger JSON. A stream that
-breaks after its headers were sent ends with one SSE error event, never a hang.
+by chunk as it arrives for event streams, binary bodies and larger JSON. What Keel reads of it
+(usage, a stream's end) it reads decoded (`proxy.encoding`). A plain stream that breaks after
+its headers were sent ends with one SSE error event, never a hang; an encoded one cannot carry
+a plain event, so its connection is cut, which the client's HTTP library reports.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import Response, StreamingResponse
 
+from proxy.encoding import Decoder, ReplyEncodingError, coding, decode_all, is_encoded
 from proxy.errors import ProxyError, UpstreamConnectError
 
 if TYPE_CHECKING:
@@ -83,15 +86,53 @@ async def relay(
         if rest is None:
             outcome.bytes_out = len(prefix)
             if accounting is not None and response.status == 200:
-                headers.update(accounting.from_body(prefix))
+                plain = _plain(response, prefix)
+                if plain is not None:
+                    headers.update(accounting.from_body(plain))
             on_done(outcome)
             return Response(prefix, status_code=response.status, headers=headers)
     outcome.streamed = True
     is_sse = header(response, "content-type").startswith("text/event-stream")
     watch = accounting if is_sse and response.status == 200 else None
     end = stream_end if is_sse and response.status == 200 else None
-    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, end, shape or "chat"),
-                             status_code=response.status, headers=headers)
+    reader = _Reader(response) if is_sse else None
+    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, end, shape or "chat",
+                                     reader), status_code=response.status, headers=headers)
+
+
+def _plain(response: UpstreamResponse, body: bytes) -> bytes | None:
+    """A whole body as the upstream meant it; None when it cannot be read (it is relayed as it came)."""
+    if not is_encoded(response):
+        return body
+    try:
+        return decode_all(body, coding(response))
+    except ReplyEncodingError as exc:
+        log.warning("upstream_reply_unreadable", extra={"error": exc.message})
+        return None
+
+
+class _Reader:
+    """The relayed chunks as the upstream meant them, for what Keel reads of a stream it passes on."""
+
+    def __init__(self, response: UpstreamResponse) -> None:
+        self.encoded = is_encoded(response)
+        self.readable = True
+        self._decoder: Decoder | None = None
+        if self.encoded:
+            try:
+                self._decoder = Decoder(coding(response))
+            except ReplyEncodingError:
+                self.readable = False
+
+    def plain(self, chunk: bytes) -> bytes:
+        if self._decoder is None:
+            return chunk if self.readable else b""
+        try:
+            return self._decoder.feed(chunk)
+        except ReplyEncodingError as exc:
+            log.warning("upstream_reply_unreadable", extra={"error": exc.message})
+            self._decoder, self.readable = None, False
+            return b""
 
 
 def relay_rest(response: UpstreamResponse, prefix: bytes, rest: AsyncIterator[bytes], headers: Mapping[str, str],
@@ -123,23 +164,28 @@ async def read_limited(response: UpstreamResponse, limit: int) -> tuple[bytes, A
 async def _stream(
     response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool,
     accounting: CacheAccounting | None = None, prefix: bytes = b"", rest: AsyncIterator[bytes] | None = None,
-    stream_end: re.Pattern[bytes] | None = None, shape: str = "chat",
+    stream_end: re.Pattern[bytes] | None = None, shape: str = "chat", reader: _Reader | None = None,
 ) -> AsyncIterator[bytes]:
-    tail = b""
+    tail = b""  # the newest decoded bytes: where the end marker and an error event are looked for
     ended = False  # the stream's end marker went by (it may sit far from the last bytes: a big last event)
+    encoded = reader is not None and reader.encoded
     try:
         if prefix:  # what was read before the body turned out too large to hold
             outcome.bytes_out += len(prefix)
             yield prefix
         async for chunk in rest if rest is not None else response.iter_raw():
             outcome.bytes_out += len(chunk)
-            if accounting is not None:
-                accounting.watch(chunk)
-            if is_sse and chunk:
-                if stream_end is not None and not ended:
-                    ended = bool(stream_end.search(tail[-64:] + chunk))
-                tail = (tail + chunk)[-256:]
+            if reader is not None and chunk:
+                plain = reader.plain(chunk)
+                if accounting is not None and plain:
+                    accounting.watch(plain)
+                if is_sse and plain:
+                    if stream_end is not None and not ended:
+                        ended = bool(stream_end.search(tail[-64:] + plain))
+                    tail = (tail + plain)[-256:]
             yield chunk
+        if reader is not None and not reader.readable:
+            return  # nothing more can be said of a stream Keel could not read
         if accounting is not None:
             accounting.finish()
         if stream_end is not None and not ended and b'"error"' not in tail:
@@ -148,6 +194,8 @@ async def _stream(
     except ProxyError as exc:
         outcome.error = exc.code
         log.warning("upstream_stream_broken", extra={"error": exc.message})
+        if encoded:  # a plain event inside an encoded body would be garbage: cut the connection instead
+            raise
         if is_sse:  # after a blank line, so that a half-sent event cannot swallow it
             separator = b"\n\n" if tail and not tail.endswith((b"\n\n", b"\r\n\r\n")) else b""
             yield separator + exc.event(shape)

@@ -212,7 +212,7 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
         log.info("keel_stopped", extra={"listen": f"http://{host}:{port}"})
 
 
-def serve_standin(host: str, port: int, rules: str, log_level: str = "info") -> None:
+def serve_standin(host: str, port: int, rules: str, log_level: str = "info", gzip: bool = False) -> None:
     configure_logging(log_level)
-    app = create_standin_app(rules)  # type: ignore[arg-type]
+    app = create_standin_app(rules, gzip=gzip)  # type: ignore[arg-type]
     uvicorn.Server(uvicorn_config(app, host, port, ServerConfig())).run()

@@ -7,6 +7,7 @@ every stream it answers ends with `data: [DONE]` or one error event, and it serv
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,13 +35,19 @@ class ScriptedUpstream:
 
     def __init__(self) -> None:
         self.reply: tuple[int, bytes, list[bytes]] = (200, b"application/json", [b"{}"])
+        self.gzip = False  # compress the reply as a provider behind a CDN does, a flush per chunk
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if await lifespan(scope, receive, send):
             return
         await read_body(receive)
         status, kind, chunks = self.reply
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
+        headers = [(b"content-type", kind)]
+        packer = zlib.compressobj(wbits=zlib.MAX_WBITS | 16) if self.gzip else None
+        if packer is not None:
+            headers.append((b"content-encoding", b"gzip"))
+            chunks = [packer.compress(c) + packer.flush(zlib.Z_SYNC_FLUSH) for c in chunks] + [packer.flush()]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
@@ -122,16 +129,24 @@ def scripted_keels(scripted: tuple[ScriptedUpstream, ServerThread],
 
 @FUZZ
 @given(stream=st.booleans(), status=st.sampled_from([200, 200, 200, 400, 429, 500]),
-       events=upstream_streams, body=upstream_bodies, as_sse=st.booleans())
+       events=upstream_streams, body=upstream_bodies, as_sse=st.booleans(), gzipped=st.booleans())
 def test_odd_upstream_replies(scripted_keels: tuple[ScriptedUpstream, list[ServerThread]], stream: bool,
-                              status: int, events: list[bytes], body: bytes, as_sse: bool) -> None:
-    """Whatever the upstream answers, with features on or off, Keel does not fail on its own account."""
+                              status: int, events: list[bytes], body: bytes, as_sse: bool, gzipped: bool) -> None:
+    """Whatever the upstream answers, plain or gzipped, with features on or off, Keel does not
+    fail on its own account. A gzipped stream Keel relays as it came cannot carry a plain error
+    event: one that ends before its end marker is cut instead, which the client's library sees."""
     upstream, servers = scripted_keels
     upstream.reply = (status, b"text/event-stream", events) if as_sse else (status, b"application/json", [body])
+    upstream.gzip = gzipped
     request = {"model": "m", "stream": stream, "tools": small_catalog(),
                "messages": [{"role": "user", "content": "close the ticket please"}]}
     for keel in servers:
-        response = httpx.post(keel.url + "/v1/chat/completions", json=request, headers=AUTH, timeout=10)
+        try:
+            response = httpx.post(keel.url + "/v1/chat/completions", json=request,
+                                  headers={**AUTH, "accept-encoding": "gzip"}, timeout=10)
+        except httpx.RemoteProtocolError:
+            assert gzipped and as_sse and status == 200 and b"data: [DONE]\n\n" not in events, "cut for no reason"
+            continue
         assert_keel_answered(response, stream)
 
 

@@ -6,6 +6,7 @@ import orjson
 
 from proxy import jsontext
 from proxy.config import TenantConfig
+from proxy.encoding import decoded
 from proxy.jsontext import Json, JsonObject
 from proxy.upstream import Upstream, json_headers
 
@@ -40,7 +41,7 @@ async def run_memory_model(upstream: Upstream, tenant: TenantConfig, memory: dic
     body = {"model": cfg.model, "messages": [{"role": "system", "content": system}, *window], "tools": TOOLS}
     base, key = tenant.model_endpoint(cfg.endpoint, cfg.api_key_env)
     response = await upstream.open("POST", base + "/chat/completions", json_headers(key), jsontext.dumps(body))
-    raw = await response.read()
+    raw = await decoded(response).read()
     if response.status != 200:
         raise MemoryModelError(f"memory model answered {response.status}")
     data = orjson.loads(raw)

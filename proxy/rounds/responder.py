@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.accounting import CacheAccounting
 from proxy.conversations import Conversations
+from proxy.encoding import decoded
 from proxy.errors import ProxyError, UpstreamConnectError
 from proxy.hidden import HiddenExchange, fingerprint
 from proxy.jsontext import Json, JsonObject
@@ -92,7 +93,7 @@ class ToolSearchResponder:
     async def respond(self, request: Turn, exchange: Exchange) -> Response:
         loop = self._loop(request)
         json, stream = framings(request.codec.shape, self.plan)
-        first = await exchange.send(exchange.content or encode(request.wire_body(loop.body)))
+        first = decoded(await exchange.send(exchange.content or encode(request.wire_body(loop.body))))  # read as meant
         kind = header(first, "content-type")
         if first.status != 200 or not kind.startswith(("application/json", "text/event-stream")):
             return await relay(first, exchange.request_id, exchange.done, request.response_headers,
@@ -172,7 +173,7 @@ class ToolSearchResponder:
                 finish = "tool_calls" if own else "stop"
                 break
             loop.continue_with(answer.assistant, results)
-            upstream = await exchange.send(encode(request.wire_body(loop.body)))
+            upstream = decoded(await exchange.send(encode(request.wire_body(loop.body))))
             if upstream.status != 200:
                 return await relay(upstream, exchange.request_id, exchange.done, request.response_headers,
                                    shape=request.codec.shape)
@@ -190,7 +191,7 @@ class ToolSearchResponder:
 
     async def _continued(self, request: Turn, exchange: Exchange, loop: Loop) -> UpstreamResponse:
         """The next upstream call of the turn; anything but a 200 event stream is reported as broken."""
-        upstream = await exchange.send(encode(request.wire_body(loop.body)))
+        upstream = decoded(await exchange.send(encode(request.wire_body(loop.body))))
         if upstream.status != 200:
             await upstream.aclose()
             raise BrokenUpstreamError(f"upstream answered {upstream.status} to a continued call{retry_after(upstream)}")
@@ -279,7 +280,7 @@ class ToolSearchResponder:
                 if outcome.bytes_out:
                     raise ProxyError("Keel could not continue this stream", code="stream_failed") from exc
                 await upstream.aclose()  # nothing sent yet: the client's own request, streamed as it comes
-                upstream = await exchange.send(exchange.client_raw)
+                upstream = decoded(await exchange.send(exchange.client_raw))  # under the headers already sent
                 if upstream.status != 200:
                     raise BrokenUpstreamError(f"upstream answered {upstream.status}{retry_after(upstream)}") from exc
                 async for chunk in upstream.iter_raw():

@@ -30,6 +30,7 @@ from starlette.routing import Route
 from proxy.jsontext import JsonObject
 from proxy.standin.caching import CacheUsage, PrefixCache, TooManyBreakpointsError
 from proxy.standin.chat import ChatShape
+from proxy.standin.compress import GzipEverything
 from proxy.standin.messages import MessagesShape
 from proxy.standin.responses import ResponsesShape
 from proxy.standin.script import Script, plan_answer
@@ -166,7 +167,9 @@ def _base64_vector(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
 
 
-def create_standin_app(rules: CacheRules = "auto", standin: StandIn | None = None) -> Starlette:
+def create_standin_app(rules: CacheRules = "auto", standin: StandIn | None = None,
+                       gzip: bool = False) -> Starlette:
+    """`gzip`: answer as a provider behind a CDN does, every reply gzipped when the client accepts it."""
     standin = standin or StandIn(rules)
     app = Starlette(
         routes=[
@@ -178,4 +181,6 @@ def create_standin_app(rules: CacheRules = "auto", standin: StandIn | None = Non
         ]
     )
     app.state.standin = standin
+    if gzip:
+        app.add_middleware(GzipEverything)
     return app

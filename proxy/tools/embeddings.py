@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 import orjson
 
+from proxy.encoding import decoded
 from proxy.jsontext import Json
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog
@@ -50,7 +51,7 @@ class EmbeddingsRanker:
 
         body = orjson.dumps({"model": self.model, "input": list(texts)})
         response = await self.upstream.open("POST", self.url, self.headers, body)
-        raw = await response.read()
+        raw = await decoded(response).read()
         if response.status != 200:
             raise RuntimeError(f"embeddings endpoint answered {response.status}")
         data = sorted(orjson.loads(raw)["data"], key=lambda d: d["index"])
