@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from starlette.responses import Response
 
 from proxy import jsontext
+from proxy.breakpoints import takes_cache_control, within_budget
 from proxy.chain import CONTEXT_ROLES, chain_seed
 from proxy.codecs import Codec, View
 from proxy.codecs.chat import ChatCodec
@@ -186,9 +187,15 @@ class Turn:
         return encode(self.wire_body())
 
     def wire_body(self, body: JsonObject | None = None) -> JsonObject:
-        """A view body (this turn's, or one derived from it) in the client's API shape."""
+        """A view body (this turn's, or one derived from it) in the client's API shape: the one
+        path out of every planned request, so the provider's breakpoint limit is kept here."""
         body = self.body if body is None else body
-        return self.codec.render(body, self.view) if self.view is not None else body
+        if self.view is None:
+            return body
+        wire = self.codec.render(body, self.view)
+        if takes_cache_control(self.codec.shape, self.tenant.upstream.kind, wire.get("model")):
+            wire = within_budget(wire, self.view.wire)
+        return wire
 
 
 def encode(body: JsonObject) -> bytes:

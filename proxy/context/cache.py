@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import hashlib
 
+from proxy import breakpoints
+from proxy.breakpoints import MAX_BREAKPOINTS
 from proxy.jsontext import Json, JsonObject
 from proxy.turn import Turn
 
-MAX_BREAKPOINTS = 4
-
 
 def takes_cache_control(request: Turn) -> bool:
-    """Does this request's upstream cache only at `cache_control` breakpoints? Every Messages
-    request does; a chat request does for Anthropic-compatible upstreams and Claude on OpenRouter."""
-    if request.codec.shape == "messages":
-        return True
-    kind = request.tenant.upstream.kind
-    model = str(request.body.get("model", "")).lower()
-    return kind == "anthropic-compatible" or (kind == "openrouter" and ("claude" in model or "anthropic" in model))
+    """See `proxy.breakpoints.takes_cache_control`."""
+    return breakpoints.takes_cache_control(request.codec.shape, request.tenant.upstream.kind, request.body.get("model"))
 
 
 def _marks(message: JsonObject) -> int:
@@ -35,8 +30,12 @@ def _marks(message: JsonObject) -> int:
     return sum(1 for p in content if isinstance(p, dict) and "cache_control" in p) if isinstance(content, list) else 0
 
 
-def _client_marks(body: JsonObject) -> int:
-    """Breakpoints the client set itself (kept: Keel adds its own only up to the limit)."""
+def _client_marks(request: Turn) -> int:
+    """Breakpoints the client set itself, wherever they sit on the wire (tool_result and system
+    blocks included): kept, and Keel adds its own only up to the limit."""
+    if request.view is not None:
+        return sum(1 for _ in breakpoints.marks(request.view.wire))
+    body = request.body
     tools = sum(1 for t in body.get("tools") or [] if isinstance(t, dict) and "cache_control" in t)
     return tools + sum(_marks(m) for m in body.get("messages") or [] if isinstance(m, dict))
 
@@ -77,7 +76,7 @@ class CachePlanner:
                 and "prompt_cache_key" not in body and request.location and request.location.segment):
             digest = hashlib.sha256(f"{request.tenant.id}:{request.location.segment}".encode()).hexdigest()
             body = {**body, "prompt_cache_key": "keel-" + digest[:32]}
-        if cache.breakpoints == "auto" and takes_cache_control(request) and _client_marks(body) < MAX_BREAKPOINTS:
+        if cache.breakpoints == "auto" and takes_cache_control(request) and _client_marks(request) < MAX_BREAKPOINTS:
             body = self._breakpoints(body, request)
         return request if body is request.body else request.with_body(body)
 
@@ -87,7 +86,7 @@ class CachePlanner:
         min_chars = cache.min_tokens * 4  # ~4 characters per token, on the safe side of the minimum
         tools = list(body.get("tools") or [])
         messages = list(body["messages"])
-        placed = _client_marks(body)
+        placed = _client_marks(request)
         prefix = _chars(tools)
         if tools and prefix >= min_chars and "cache_control" not in tools[-1]:
             tools[-1] = {**tools[-1], "cache_control": marker}
