@@ -11,10 +11,10 @@ holding the whole 208-tool catalog (big schemas: 290 KB), whose tool turns call 
 `shapes`: the current conversation on /v1/responses (OpenAI's rules) and /v1/messages (Anthropic's),
 as the SDKs send it. Each run gets a fresh stand-in provider simulating the provider's prefix-cache
 rules. The direct client marks Anthropic breakpoints the common way (end of the system prompt, end
-of the newest message); through Keel, Keel places them. A client that names its conversation
-(`X-Keel-Conversation`, "conversation id: sent") keeps it across the system prompt's changes; one that
-does not starts a new conversation at each change (README: the isolation rule), so the current
-conversation is measured both ways; the agent and the other shapes name theirs.
+of the newest message); through Keel, Keel places them. Every conversation is measured twice:
+with no id of any kind ("conversation id: none": no `user`, no conversation id; Keel knows the
+conversation by the answers it relayed, README: the isolation rule) and with both sent ("sent").
+The stand-in answers each turn as a model would, "You said: …" and some 40 sampled words.
 
 Input cost is in units of one uncached input token: uncached + 0.1 x cache reads + 1.25 x cache
 writes. The ceiling is the cached fraction if every token an earlier request already sent as a
@@ -69,7 +69,7 @@ def tools_for(with_catalog: bool) -> list[dict[str, Any]]:
 
 
 def user_text(turn: int, agent: bool) -> str:
-    text = f"Turn {turn}: tell me more about topic {turn}."
+    text = f"Turn {turn}: tell me more about topic {turn}. [[ramble 40]]"
     if agent and turn in AGENT_TURNS and turn != 2:  # a tool the model must search for: named nowhere
         return text + " [[callx " + AGENT_TURNS[turn].encode().hex() + " {}]]"
     tool = (AGENT_TURNS if agent else TOOL_TURNS).get(turn)
@@ -190,9 +190,9 @@ def conversation(url: str, rules: str, tools: list[dict[str, Any]], via_keel: bo
     client = SHAPES[shape](tools, anthropic_marks=rules == "anthropic" and not via_keel)
     prompt = reads = writes = calls = 0
     ceiling: int | None = 0
-    headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "bench-user"}
-    if named:  # the client names its conversation: its system prompt may change within it (README)
-        headers["x-keel-conversation"] = "bench-conversation"
+    headers = {"authorization": f"Bearer {KEY}"}
+    if named:  # the client names its user and its conversation (without: proof of continuity, README)
+        headers |= {"x-keel-user": "bench-user", "x-keel-conversation": "bench-conversation"}
     http = httpx.Client(timeout=60)
     model = "claude-sonnet" if rules == "anthropic" else "gpt-4o-mini"
     for turn in range(1, 13):
@@ -258,17 +258,19 @@ def main(parts: list[str]) -> None:
     rows: list[list[Any]] = []
     for rules in ("openai", "anthropic"):
         if "current" in parts:
-            for named in (False, True):
-                for with_catalog in (False, True):
+            for with_catalog in (False, True):
+                for named in (False, True):
                     rows += rows_for("current", rules, "200 tools" if with_catalog else "3 tools",
                                      tools_for(with_catalog), named=named)
         if "agent" in parts:
-            rows += rows_for("agent", rules, "208 tools", catalog(), agent=True)
+            for named in (False, True):
+                rows += rows_for("agent", rules, "208 tools", catalog(), agent=True, named=named)
     if "shapes" in parts:
         for shape, rules in (("responses", "openai"), ("messages", "anthropic")):
             for with_catalog in (False, True):
-                rows += rows_for(f"current /v1/{shape}", rules, "200 tools" if with_catalog else "3 tools",
-                                 tools_for(with_catalog), shape=shape, stabilities=("segment",))
+                for named in (False, True):
+                    rows += rows_for(f"current /v1/{shape}", rules, "200 tools" if with_catalog else "3 tools",
+                                     tools_for(with_catalog), shape=shape, stabilities=("segment",), named=named)
     print(__doc__.split("\n\n")[-1])
     table(["conversation", "conversation id", "rules", "catalog", "path", "calls", "prompt tokens", "cached (read)", "cache writes",
            "cached fraction", "ceiling", "input cost", "cost vs direct"], rows)

@@ -1,10 +1,12 @@
-"""Cache accounting: what the upstream says it served from its prompt cache, per request.
+"""Cache accounting: what the upstream says it served from its prompt cache, per request,
+and what the client was answered.
 
 Read from a whole JSON body or watched on an SSE stream (the usage chunk; Responses' and
 Messages' usage inside their events), normalized once (`proxy.usage`), counted per tenant in
 /metrics, logged per conversation, explained when a turn Keel expected to hit the cache did
 not (at info when Keel planned the miss and a note says why), and handed to the turn's
-savings meter.
+savings meter. The answer the client got is recorded as relayed to this caller in this
+conversation (`proxy.proofs`): what a later request proves its continuity with.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import orjson
 
 from proxy.conversations import TurnKind
 from proxy.jsontext import Json, JsonObject
+from proxy.messages import Message
 from proxy.metrics import Metrics
+from proxy.proofs import Proofs, relayed_fragments
+from proxy.rounds.readers import AnswerReader
 from proxy.savings.meter import TurnMeter
 from proxy.sse import EventParser
 from proxy.turn import Turn
@@ -26,25 +31,37 @@ log = logging.getLogger("keel.cache")
 MIN_CACHEABLE = 1024  # below this no provider caches anything: a miss is no news
 # Notes of a prefix Keel changed on purpose (the tool planner's): a miss they explain was planned.
 # Other notes (anchor_lost: the store lost state) explain a miss Keel did not want.
-PLANNED_NOTES = frozenset({"tool_block_grew", "tool_block_rechosen", "tool_block_chosen_per_turn"})
+PLANNED_NOTES = frozenset({"tool_block_grew", "tool_block_rechosen", "tool_block_chosen_per_turn", "context_edited"})
 
 
 class CacheAccounting:
     """One turn's usage: `record` runs once, with the usage of every round summed."""
 
-    def __init__(self, metrics: Metrics, request: Turn, meter: TurnMeter | None = None) -> None:
+    def __init__(self, metrics: Metrics, request: Turn, meter: TurnMeter | None = None,
+                 proofs: Proofs | None = None) -> None:
         self.metrics = metrics
         self.request = request
         self.meter = meter
+        self.proofs = proofs if request.location is not None and request.location.caller else None
         self._parser: EventParser | None = None
         self._usage: JsonObject | None = None
+        self._answer = AnswerReader(request.codec.shape) if self.proofs is not None else None
 
     def from_body(self, body: bytes) -> Mapping[str, str]:
         try:
             usage = orjson.loads(body).get("usage")
         except (orjson.JSONDecodeError, AttributeError):
             return {}
-        return self.record(usage)
+        return self.record(usage, shown=self._read_answer(body))
+
+    def _read_answer(self, body: bytes) -> Message | None:
+        if self._answer is None:
+            return None
+        try:
+            return self._answer.body(body)
+        except Exception as exc:  # an answer Keel misreads is not recorded: the next turn proves nothing by it
+            log.warning("answer_unread", extra={"error": repr(exc)})
+            return None
 
     def watch(self, chunk: bytes) -> None:
         """Feed a streamed chunk; the usage seen is recorded by `finish`. A Messages stream
@@ -52,6 +69,12 @@ class CacheAccounting:
         if self._parser is None:
             self._parser = EventParser()
         for event in self._parser.feed(chunk):
+            if self._answer is not None:
+                try:
+                    self._answer.feed(event)
+                except Exception as exc:  # as above
+                    log.warning("answer_unread", extra={"error": repr(exc)})
+                    self._answer = None
             if event.data and b'"usage":{' in event.data:
                 data = event.json()
                 if not isinstance(data, dict):
@@ -61,15 +84,34 @@ class CacheAccounting:
                         self._usage = {**(self._usage or {}), **holder["usage"]}
 
     def finish(self) -> None:
+        shown = None
+        if self._answer is not None:
+            try:
+                shown = self._answer.shown()
+            except Exception as exc:  # as above
+                log.warning("answer_unread", extra={"error": repr(exc)})
         if self._usage is not None:
-            self.record(self._usage)
+            self.record(self._usage, shown=shown)
             self._usage = None
+        elif shown is not None:
+            self.relayed(shown)
+
+    def relayed(self, shown: Message | None) -> None:
+        """Record the answer the client got as relayed to this caller in this conversation."""
+        location = self.request.location
+        if self.proofs is None or shown is None or location is None:
+            return
+        fragments = relayed_fragments([shown], self.request.body)
+        if fragments:
+            self.proofs.spawn(location.caller, location.chain.seed, fragments)
+        self.proofs = None  # once per turn
 
     def record(self, usage: Json, rounds: int = 0, first: Json = None, calls: Sequence[Json] = (),
-               found: Sequence[str] = ()) -> Mapping[str, str]:
+               found: Sequence[str] = (), shown: Message | None = None) -> Mapping[str, str]:
         """`usage`: summed over every upstream call of the turn; `first`: the first call's alone
         (when Keel answered tool_search, `rounds` times); `calls`: the client's own tool calls
-        in the answer; `found`: tools the searches surfaced."""
+        in the answer; `found`: tools the searches surfaced; `shown`: the answer the client got."""
+        self.relayed(shown)
         shape = self.request.codec.shape
         read = Usage.read(usage, shape)
         if read is None:

@@ -249,7 +249,7 @@ class Keel:
         if planned.location is not None:
             planned = planned.with_headers(**{"x-keel-conversation": planned.location.conversation})
             meter = self.meter.turn(parsed, planned, trace) if self.config.savings.enabled else None
-            account = CacheAccounting(self.metrics, planned, meter)
+            account = CacheAccounting(self.metrics, planned, meter, self.conversations.proofs)
         if planned.responder is not None:
             return await self.respond(planned, Exchange(send, rid, done, content, raw, account))
         response = await send(content)
@@ -320,6 +320,7 @@ class Keel:
     async def aclose(self) -> None:
         await self.memory_worker.stop()
         await self.ledger.drain()
+        await self.conversations.proofs.drain()
         await self.upstream.aclose()
         await self.store.close()
 

@@ -8,6 +8,7 @@ segment.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -16,8 +17,9 @@ from typing import Any, TypeVar
 
 from proxy import jsontext
 from proxy.blobs import Blobs
-from proxy.chain import Chain
+from proxy.chain import Chain, Meanings, namespace
 from proxy.jsontext import Json, JsonObject
+from proxy.proofs import Fragment, Proofs
 from proxy.stores import Store, key
 
 D = TypeVar("D")
@@ -45,6 +47,7 @@ class TurnRecord:
     dispatched: JsonObject = field(default_factory=dict)  # call id → the generic call the model made
     tools_update: str | None = None  # schemas of tools named later in a dispatch segment, on this message
     created_at: float = 0.0
+    context: str = ""  # the exact system prompt's digest of the request that wrote it (`chain.context_digest`)
 
     def to_bytes(self) -> bytes:
         return jsontext.dumps(asdict(self))
@@ -88,11 +91,14 @@ class TurnKind(StrEnum):
 
 @dataclass(frozen=True)
 class Location:
-    chain: Chain
+    chain: Chain  # its seed: the conversation's namespace
     kind: TurnKind
     segment: str
     conversation: str
     records: tuple[TurnRecord, ...]  # along the chain, oldest first, current segment only
+    caller: str = ""  # the caller's seed: who the answer to this turn is relayed to (`proxy.proofs`)
+    context: str = ""  # the exact digest of this request's system prompt
+    proven: bool = False  # placed by a proof of continuity (not by its own system prompt)
 
     @property
     def earlier_records(self) -> tuple[TurnRecord, ...]:
@@ -114,6 +120,7 @@ class Conversations:
         self.store = store
         self.ttl = ttl_seconds
         self.blobs = Blobs(store, ttl_seconds)  # content many conversations share, stored once
+        self.proofs = Proofs(store, ttl_seconds)
 
     def _turn_key(self, chain: Chain, chain_hash: str) -> str:
         return key(chain.seed, "turn", chain_hash)
@@ -121,25 +128,44 @@ class Conversations:
     def _anchor_key(self, chain: Chain, segment: str) -> str:
         return key(chain.seed, "anchor", segment)
 
-    async def locate(self, chain: Chain, client_conversation: str | None = None) -> Location:
+    async def locate(self, meanings: Meanings, caller: str, context: str, answers: list[list[Fragment]],
+                     client_conversation: str | None = None) -> Location:
+        """Where a request sits. Its own namespace (the caller and its exact system prompt) is read
+        together with the proofs its history holds; a proof moves it into the namespace of the
+        conversation it proves. Without one, only records written under this exact system prompt
+        are reused: anything else stored along the chain was said in a conversation this request
+        has not shown it belongs to."""
+        own = namespace(caller, context)
+        chain = meanings.chain(own)
         users = chain.user_links
         if not users:
-            return self.unknown(chain, client_conversation)
-        raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in users])
+            return self.unknown(chain, client_conversation, caller, context)
+        proof_keys = self.proofs.keys(caller, answers)
+        reads = [self.store.get_many([self._turn_key(chain, link.hash) for link in users])]
+        if proof_keys:
+            reads.append(self.store.get_many(proof_keys))
+        raw, *proof_values = await asyncio.gather(*reads)
+        proven = Proofs.proven(answers, proof_values[0]) if proof_values else None
+        if proven is not None and proven != own:
+            chain = meanings.chain(proven)
+            users = chain.user_links
+            raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in users])
         found = [TurnRecord.from_bytes(r) for r in raw if r is not None]
-        if not found:
-            return self.unknown(chain, client_conversation)
+        if not found or (proven is None and any(r.context != context for r in found)):
+            return self.unknown(chain, client_conversation, caller, context, proven is not None)
         latest = found[-1]
         records = tuple(r for r in found if r.segment == latest.segment)
         kind = TurnKind.REGENERATED if latest.chain_hash == users[-1].hash else TurnKind.CONTINUED
-        return Location(chain, kind, latest.segment, latest.conversation, records)
+        return Location(chain, kind, latest.segment, latest.conversation, records, caller, context, proven is not None)
 
-    def unknown(self, chain: Chain, client_conversation: str | None = None) -> Location:
+    def unknown(self, chain: Chain, client_conversation: str | None = None, caller: str = "", context: str = "",
+                proven: bool = False) -> Location:
         """The location of a turn whose history cannot be read: a new segment."""
         users = chain.user_links
         if not users:
-            return Location(chain, TurnKind.NONE, "", client_conversation or "", ())
-        return Location(chain, TurnKind.NEW, users[-1].hash, client_conversation or users[-1].hash, ())
+            return Location(chain, TurnKind.NONE, "", client_conversation or "", (), caller, context)
+        return Location(chain, TurnKind.NEW, users[-1].hash, client_conversation or users[-1].hash, (), caller,
+                        context, proven)
 
     def new_record(self, location: Location, **fields: Any) -> TurnRecord:  # Any: TurnRecord's fields, typed there
         newest = location.chain.newest_user
@@ -150,6 +176,7 @@ class Conversations:
             conversation=location.conversation,
             position=newest.index,
             created_at=time.time(),
+            context=location.context,
             **fields,
         )
 

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
-from proxy.chain import ContextDigests, build_chain
+from proxy.chain import ContextDigests, Meanings
 from proxy.conversations import Conversations, TurnKind
 from proxy.metrics import Metrics
+from proxy.proofs import history_fragments
 from proxy.turn import Turn
 
 log = logging.getLogger("keel.pipeline")
@@ -95,16 +96,30 @@ class Pipeline:
             return None
 
     async def _record(self, request: Turn) -> None:
-        """Write the newest turn's record with what the planners decided (never on a regeneration)."""
+        """Write the newest turn's record with what the planners decided (on a regeneration only
+        when the client edited its context since: the new update replaces the old)."""
         location = request.location
-        if location is None or not request.record_fields or location.kind not in (TurnKind.NEW, TurnKind.CONTINUED):
+        if location is None or not request.record_fields:
             return
-        record = self.conversations.new_record(location, **request.record_fields)
+        if location.kind in (TurnKind.NEW, TurnKind.CONTINUED):
+            record = self.conversations.new_record(location, **request.record_fields)
+        elif location.newest_record is not None and request.notes.get("context_edited"):  # a regeneration after an edit
+            record = replace(location.newest_record, **request.record_fields)
+        else:
+            return
         await self.conversations.write_turn(location.chain, record)
 
     async def _locate(self, request: Turn) -> Turn:
         """Find the turn in its conversation once, for every planner."""
-        seed = request.chain_seed(self.digests.digest(request.context_text))
-        chain = build_chain(seed, request.messages)
-        location = await self.conversations.locate(chain, request.conversation_label)
-        return replace(request, location=location)
+        return await locate(self.conversations, request, self.digests)
+
+
+async def locate(conversations: Conversations, request: Turn, digests: ContextDigests | None = None) -> Turn:
+    """The turn with its location: the caller, its system prompt (exact; clock-masked when the
+    client names the conversation), the meaning of each message and the proofs its history holds."""
+    text = request.context_text
+    masked = request.conversation_id is not None
+    context = digests.digest(text, masked) if digests is not None else ContextDigests().digest(text, masked)
+    location = await conversations.locate(Meanings.of(request.messages), request.caller_seed, context,
+                                          history_fragments(request.messages), request.conversation_label)
+    return replace(request, location=location)

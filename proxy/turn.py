@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from proxy import jsontext
 from proxy.breakpoints import takes_cache_control, within_budget
-from proxy.chain import CONTEXT_ROLES, chain_seed
+from proxy.chain import CONTEXT_ROLES, caller_seed, namespace
 from proxy.codecs import Codec, View
 from proxy.codecs.chat import ChatCodec
 from proxy.config import TenantConfig
@@ -41,7 +41,7 @@ class Accounting(Protocol):
     """Where a turn's usage goes once its answer is complete (see `proxy.accounting`)."""
 
     def record(self, usage: Json, rounds: int = 0, first: Json = None, calls: Sequence[Json] = (),
-               found: Sequence[str] = ()) -> Mapping[str, str]: ...
+               found: Sequence[str] = (), shown: JsonObject | None = None) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -160,11 +160,15 @@ class Turn:
         passthrough caller's credential."""
         return self.tenant.id + "\x00" + self.scope
 
+    @property
+    def caller_seed(self) -> str:
+        """Who is asking (see `proxy.chain`): tenant, credential, end user, the ids the client sent, shape."""
+        return caller_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
+                           cache_key=self.cache_key, shape=self.codec.shape)
+
     def chain_seed(self, context_digest: str) -> str:
-        """Whose conversation this is (see `proxy.chain`); `context_digest` is the masked
-        system prompt's, used unless the client names the conversation."""
-        return chain_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
-                          cache_key=self.cache_key, context=context_digest, shape=self.codec.shape)
+        """The namespace of this caller's conversation begun under the system prompt `context_digest`."""
+        return namespace(self.caller_seed, context_digest)
 
     def with_body(self, body: JsonObject, **changes: Any) -> Turn:  # Any: dataclasses.replace's field values
         return replace(self, body=body, **changes)

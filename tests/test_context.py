@@ -10,11 +10,11 @@ import orjson
 import pytest
 from conftest import KEY, ServerThread, keel_config, tenant
 
-from proxy.chain import build_chain
 from proxy.context.cache import MAX_BREAKPOINTS, CachePlanner
 from proxy.context.sections import mask, split_sections
 from proxy.context.update import diff, sample, with_update
 from proxy.conversations import Conversations
+from proxy.pipeline import locate
 from proxy.stores.sqlite import SqliteStore
 from proxy.turn import Turn
 
@@ -72,9 +72,7 @@ def chat(tenant_cfg: dict[str, Any], body: dict[str, Any]) -> Turn:
 
 
 async def located(request: Turn, tmp_path: Any) -> Turn:
-    convs = Conversations(SqliteStore(str(tmp_path / "c.db")), 3600)
-    chain = build_chain(request.chain_seed(""), request.messages)
-    return request.__class__(**{**request.__dict__, "location": await convs.locate(chain)})
+    return await locate(Conversations(SqliteStore(str(tmp_path / "c.db")), 3600), request)
 
 
 async def test_prompt_cache_key_per_segment(tmp_path: Any) -> None:
@@ -149,7 +147,7 @@ def test_cache_header_and_anthropic_hits_through_keel(standin: ServerThread,
                  upstream={"base_url": standin.url + "/v1", "kind": "anthropic-compatible"})
     keel = start_keel(keel_config(cfg))
     headers = {"authorization": f"Bearer {KEY}"}
-    history = [{"role": "user", "content": "first question"}]
+    history = [{"role": "user", "content": "first question [[ramble 40]]"}]  # a long answer: proof of continuity
     first = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={
         "model": "claude", "messages": [{"role": "system", "content": "Time: 10:00:01\n\n" + "rules " * 2000},
                                         *history]})
@@ -189,10 +187,10 @@ def test_lost_anchor_is_a_logged_miss(standin: ServerThread, start_keel: Callabl
     headers = {"authorization": f"Bearer {KEY}"}
     system = {"role": "system", "content": "Time 10:00:01\n\n" + "policy " * 1500}
     first = httpx.post(keel.url + "/v1/chat/completions", headers=headers,
-                       json={"model": "m", "messages": [system, {"role": "user", "content": "one"}]}).json()
+                       json={"model": "m", "messages": [system, {"role": "user", "content": "one [[ramble 40]]"}]}).json()
     with sqlite3.connect(db) as conn:
         conn.execute("DELETE FROM kv WHERE key LIKE '%:anchor:%'")
-    history = [system, {"role": "user", "content": "one"}, first["choices"][0]["message"],
+    history = [system, {"role": "user", "content": "one [[ramble 40]]"}, first["choices"][0]["message"],
                {"role": "user", "content": "two"}]
     history[0] = {"role": "system", "content": "Time 10:00:59\n\n" + "policy " * 1500}
     with caplog.at_level(logging.WARNING, logger="keel.cache"):

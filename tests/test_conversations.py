@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from conftest import REDIS_URL, redis_or_skip
 
-from proxy.chain import build_chain, chain_seed
+from proxy.chain import Meanings, build_chain, caller_seed, chain_seed, context_digest
 from proxy.conversations import Conversations, SegmentAnchor, TurnKind
+from proxy.proofs import fragments, history_fragments
 from proxy.stores import Store
 from proxy.stores.redis import RedisStore
 from proxy.stores.sqlite import SqliteStore
@@ -28,18 +29,30 @@ def a(text: str) -> Msg:
 SYSTEM = {"role": "system", "content": "You are helpful. Now: 12:00:01"}
 
 
+LONG = ("Here is a long answer that no one could guess, drawn at random by the model: " * 3).strip()
+
+
 class Client:
-    """Plays a chat client: sends the history, and Keel records the newest user message."""
+    """Plays a chat client and Keel around it: sends the history (Keel locates it and records the
+    newest user message), and takes an answer (Keel records it as relayed to this caller)."""
 
     def __init__(self, convs: Conversations, tenant: str = "acme", user: str | None = "alice") -> None:
         self.convs, self.tenant, self.user = convs, tenant, user
 
     async def send(self, messages: list[Msg], conversation: str | None = None) -> Any:
-        chain = build_chain(chain_seed(self.tenant, self.user, conversation), messages)
-        location = await self.convs.locate(chain, conversation)
+        caller = caller_seed(self.tenant, self.user, conversation)
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        location = await self.convs.locate(Meanings.of(messages), caller, context_digest(system),
+                                           history_fragments(messages), conversation)
         if location.kind in (TurnKind.NEW, TurnKind.CONTINUED):
-            await self.convs.write_turn(chain, self.convs.new_record(location))
+            await self.convs.write_turn(location.chain, self.convs.new_record(location))
         return location
+
+    async def answer(self, location: Any, text: str) -> Msg:
+        """The answer Keel relayed for a located turn."""
+        message = a(text)
+        await self.convs.proofs.record(location.caller, location.chain.seed, fragments(message))
+        return message
 
 
 @pytest.fixture
@@ -58,12 +71,16 @@ async def test_new_then_continued(convs: Conversations) -> None:
     assert [r.position for r in second.records] == [1]
 
 
-async def test_system_prompt_is_not_part_of_the_chain(convs: Conversations) -> None:
-    """A changed system prompt (a clock line) does not break the chain."""
+async def test_a_changed_system_prompt_continues_only_with_proof(convs: Conversations) -> None:
+    """A changed system prompt (a clock line) continues the conversation when the history holds a
+    long answer Keel relayed in it; with only a short, guessable answer it is a new conversation."""
     c = Client(convs)
     first = await c.send([SYSTEM, u("hi")])
-    later = await c.send([{"role": "system", "content": "Now: 12:05:09"}, u("hi"), a("hello"), u("more")])
-    assert later.kind is TurnKind.CONTINUED and later.segment == first.segment
+    answer = await c.answer(first, LONG)
+    later = await c.send([{"role": "system", "content": "Now: 12:05:09"}, u("hi"), answer, u("more")])
+    assert later.kind is TurnKind.CONTINUED and later.segment == first.segment and later.proven
+    short = await c.send([{"role": "system", "content": "Now: 12:05:09"}, u("hi"), a("hello"), u("more")])
+    assert short.kind is TurnKind.NEW and short.chain.seed != first.chain.seed
 
 
 async def test_key_order_does_not_matter(convs: Conversations) -> None:

@@ -52,9 +52,9 @@ class Chat:
             "memory": "<memory>\nThe user likes tea.\n</memory>",
         }
         self.history: list[Body] = []
-        # The conversation id is what lets the system prompt change inside one conversation
-        # (without it, another system prompt is another conversation: see test_invariant_isolation).
-        self.headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "alice", "x-keel-conversation": "chat-1"}
+        # No conversation id: the first answer, long and sampled, is what proves each later request
+        # continues this conversation while its system prompt changes (see proxy/proofs.py).
+        self.headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "alice"}
 
     def system(self) -> str:
         return "\n\n".join(self.sections.values())
@@ -65,7 +65,7 @@ class Chat:
     def send(self, text: str | None, *, keep: bool = True) -> tuple[Body, list[Body]]:
         """One client turn (None: resend the history as it is, a regeneration)."""
         if text is not None:
-            self.history.append({"role": "user", "content": text})
+            self.history.append({"role": "user", "content": text if self.history else text + " [[ramble 40]]"})
         before = len(self.upstream())
         body = {"model": "m", "tools": catalog(), "messages": [{"role": "system", "content": self.system()},
                                                                   *self.history]}

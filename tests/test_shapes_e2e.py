@@ -133,11 +133,12 @@ def test_messages_hidden_tool_found_by_keels_search(keel_on: ServerThread, stand
 
 def test_messages_frozen_system_and_breakpoints(keel_on: ServerThread, standin: ServerThread) -> None:
     """Within a conversation the system blocks go upstream as first sent (the client's breakpoint
-    kept), a change arrives as a context update, and Keel adds breakpoints up to Anthropic's 4."""
-    client = anthropic_client(keel_on, default_headers={"x-keel-conversation": "chat-9"})
+    kept), a change arrives as a context update, and Keel adds breakpoints up to Anthropic's 4. No
+    id is sent: the first answer (long, sampled) proves the second request continues it."""
+    client = anthropic_client(keel_on)
     system = [{"type": "text", "text": "You run a help desk. " * 300, "cache_control": {"type": "ephemeral"}},
               {"type": "text", "text": "Clock: 10:00:01"}]
-    history: list[dict[str, Any]] = [{"role": "user", "content": "hello there, my ticket is 7"}]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hello there, my ticket is 7 [[ramble 40]]"}]
     first = client.messages.create(model="claude", max_tokens=50, system=system, messages=history)
     sent_first = upstream_bodies(standin)[-1]
     history += [{"role": "assistant", "content": first.content[0].text}, {"role": "user", "content": "and now?"}]

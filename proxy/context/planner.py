@@ -125,9 +125,12 @@ class ContextPlanner:
         updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
         newest = location.chain.newest_user
         fields: JsonObject = {}
-        if location.kind is not TurnKind.REGENERATED and newest is not None:  # a regeneration renders what it stored
+        edited = location.kind is TurnKind.REGENERATED and await self._edited(location, current, scope)
+        if newest is not None and (location.kind is not TurnKind.REGENERATED or edited):
+            # a regeneration renders what its turn stored, unless the client edited its context since
             sent_at = now.strftime("%Y-%m-%d %H:%M %Z") if cfg.message_timestamps else None
             update = diff(known, current, sent_at)
+            updates.pop(newest.hash, None)
             if update:
                 updates[newest.hash] = update
             fields = {"context_update": update, "context_state": await self.sampler.stored(scope, current)}
@@ -135,7 +138,18 @@ class ContextPlanner:
                              marker=None if request.codec.shape == "chat" else "front")
         rendered, request = prepend_updates(request, messages[leading:], updates)
         planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(**fields)
+        if edited:
+            planned = planned.with_note(context_edited=True)
         return planned.with_note(anchor_lost=lost) if lost else planned
+
+    async def _edited(self, location: Location, current: State, scope: str) -> bool:
+        """Did the client change its context since the regenerated turn was first planned? (Then
+        the regeneration must deliver the change: the model answers under what the client sends.)"""
+        record = location.newest_record
+        if record is None or not record.context_state:
+            return False
+        after = await self.sampler.known(scope, record.context_state)
+        return after is not None and diff(after, current) is not None
 
     async def _known(self, location: Location, anchor_state: State, scope: str) -> State:
         """What the model knows before the newest user message: the last stored state along the

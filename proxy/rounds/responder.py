@@ -27,11 +27,9 @@ from proxy.jsontext import Json, JsonObject
 from proxy.messages import Message, newest_user_text
 from proxy.metrics import Metrics
 from proxy.relay import INSPECT_LIMIT, client_headers, read_limited, relay, relay_rest
-from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_usage, is_generic, is_search, retry_after
+from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_usage, is_generic, is_search, readers, retry_after
 from proxy.rounds.chat import ChatJson, ChatStream
 from proxy.rounds.loop import Loop
-from proxy.rounds.messages import MessagesJson, MessagesStream
-from proxy.rounds.responses import ResponsesJson, ResponsesStream
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.tools.learned import LearnedPhrases
 from proxy.tools.planner import ToolPlan
@@ -44,12 +42,11 @@ SHAPES = ("chat", "responses", "messages")  # the API shapes whose answers the r
 
 
 def framings(shape: str, plan: ToolPlan) -> tuple[JsonFraming, Callable[[], StreamFraming]]:
+    """The shape's framings; under dispatch, chat's rewrite generic calls into the client's own."""
     catalog = plan.catalog if plan.dispatch else None
-    if shape == "responses":
-        return ResponsesJson(), ResponsesStream
-    if shape == "messages":
-        return MessagesJson(), MessagesStream
-    return ChatJson(catalog), lambda: ChatStream(catalog=catalog)
+    if shape == "chat" and catalog is not None:
+        return ChatJson(catalog), lambda: ChatStream(catalog=catalog)
+    return readers.framings(shape)
 
 
 class ToolSearchResponder:
@@ -160,7 +157,8 @@ class ToolSearchResponder:
             if not searches:
                 if loop.rounds == 0 and not any(self._withheld(c) for c in answer.calls):  # the upstream's bytes
                     await self._called(request, loop, answer.calls)
-                    headers.update(self._account(request, exchange).record(answer.usage, calls=answer.calls))
+                    headers.update(self._account(request, exchange).record(answer.usage, calls=answer.calls,
+                                                                              shown=answer.shown))
                     exchange.done(Outcome(upstream.status, len(raw)))
                     return Response(raw, status_code=upstream.status, headers=headers)
                 visible = answer.shown if loop.rounds else None
@@ -183,7 +181,7 @@ class ToolSearchResponder:
         headers["x-keel-tool-search-rounds"] = str(loop.rounds)
         headers.update(self._tools_header(loop))
         headers.update(self._account(request, exchange).record(usage, loop.rounds, first, shown["tool_calls"],
-                                                               loop.found))
+                                                               loop.found, shown=shown))
         await self._store(request, loop, visible, after, shown)
         await self._dispatched(request, getattr(json, "dispatched", {}))
         exchange.done(Outcome(200, len(body)))
@@ -264,7 +262,8 @@ class ToolSearchResponder:
                 if loop.rounds and not stored:
                     await self._store(request, loop, _merged(state.assistant()), [], state.shown())
                 await self._called(request, loop, state.own_calls)
-                self._account(request, exchange).record(state.usage, loop.rounds, first, state.own_calls, loop.found)
+                self._account(request, exchange).record(state.usage, loop.rounds, first, state.own_calls, loop.found,
+                                                        shown=state.shown())
                 closing, replayed = state.closing(include_usage)
                 await self._remember_alias(request, state)
                 for out in closing:

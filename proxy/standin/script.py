@@ -14,6 +14,9 @@ called through `call_tool` (Keel's dispatch stability).
     [[drip 0.05]]             (streaming) wait that many seconds between content chunks
     [[cut]]                   (streaming) break the connection after the first chunks
     [[words 40]]              answer with that many words
+    [[ramble 40]]             answer "You said: …" and that many words drawn as a model samples
+                              them: the same request gets the same words, another request others
+                              (a long answer only a participant holds: proof of continuity)
 After a tool result (the last message has role `tool`) it answers with text about it.
 Offered `set_memory`, it acts as a memory model: it stores what the newest message asks to keep.
 """
@@ -32,7 +35,7 @@ import orjson
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 
-_DIRECTIVE = re.compile(r"\[\[(callx|callq|call|error|sleep|drip|cut|words)\s*([^\]]*)\]\]")
+_DIRECTIVE = re.compile(r"\[\[(callx|callq|call|error|sleep|drip|cut|words|ramble)\s*([^\]]*)\]\]")
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,21 @@ def plan_answer(body: JsonObject) -> Script:
         count = int(found["words"])
         return _with(base, text=" ".join(f"word{i}" for i in range(count)))
     clean = _DIRECTIVE.sub("", newest).strip()
-    return _with(base, text=f"You said: {clean}" if clean else "Hello! How can I help?")
+    text = f"You said: {clean}" if clean else "Hello! How can I help?"
+    if found.get("ramble", "").isdigit():
+        text += " " + ramble(orjson.dumps(body.get("messages")), int(found["ramble"]))
+    return _with(base, text=text)
+
+
+_WORDS = ["river", "stone", "meadow", "ridge", "cedar", "valley", "harbor", "lantern", "willow", "granite", "orchard",
+          "summit", "breeze", "thistle", "canyon", "marsh", "pebble", "glacier", "fern", "dune", "heron", "basalt",
+          "tide", "hollow"]
+
+
+def ramble(seed: bytes, count: int) -> str:
+    """`count` words as a model might sample them: fixed by `seed`, different for another."""
+    digest = hashlib.shake_256(seed).digest(2 * count)
+    return " ".join(_WORDS[int.from_bytes(digest[2 * i:2 * i + 2], "big") % len(_WORDS)] for i in range(count))
 
 
 def _unhex(arg: str) -> str:
