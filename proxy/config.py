@@ -260,7 +260,7 @@ class ContextConfig(_Model):
 
     stable: bool = False
     timezone: str = Field("UTC", description="IANA zone for the local date (a request may send X-Keel-Timezone)")
-    date: bool = Field(True, description="add the local date to the anchor and announce a new date once")
+    date: bool = Field(True, description="tell the local date on the first turn that speaks of time; announce a new date once")
     message_timestamps: bool = Field(False, description="add the send time to each new user message's update")
     system_timestamps: Literal["pin"] = Field("pin", description="timestamps in the system prompt: pinned to the "
                                               "segment start (a changed time alone is not a change)")

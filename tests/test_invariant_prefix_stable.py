@@ -127,7 +127,7 @@ def test_prefix_stable_through_a_scripted_conversation(standin: ServerThread,
         return calls
 
     chat.sections["clock"] = "Current time: 2026-11-30 10:00:47"  # a clock line with seconds
-    turn("what can you do?")
+    turn("what can you do today?")  # speaks of time: the model is told the date, and later its change
     chat.sections["beta"] = "## Beta features\nUse the v2 API."  # toggled on
     calls = turn("ok, use the new API")
     assert '<context_update>' in calls[0]["messages"][-1]["content"]

@@ -24,12 +24,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from proxy import jsontext
 from proxy.codecs import KEEL
+from proxy.context.dates import speaks_of_time
 from proxy.context.update import Sampler, State, diff, prepend_updates
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
 from proxy.jsontext import JsonObject
 from proxy.memory.book import MemoryBook
 from proxy.memory.worker import memory_user
-from proxy.messages import message_text
+from proxy.messages import message_text, newest_user_text
 from proxy.turn import Turn
 
 log = logging.getLogger("keel.context")
@@ -107,8 +108,10 @@ class ContextPlanner:
             return request
         cfg = request.tenant.context
         now = datetime.fromtimestamp(self.clock(), _zone(request))
-        date = now.strftime("%Y-%m-%d (%A)") if cfg.date else None
+        today = now.strftime("%Y-%m-%d (%A)") if cfg.date else None
         messages = request.body["messages"]
+        wants_date = speaks_of_time(newest_user_text(messages))
+        date = today if wants_date else None
         leading = leading_context(messages)
         client_system = "\n\n".join(message_text(m) for m in messages[:leading])
         user = memory_user(request) if self.memory is not None else None
@@ -119,6 +122,8 @@ class ContextPlanner:
         anchor, anchor_state, lost = await self._anchor(location, messages[:leading], date, current,
                                                         now.timestamp(), scope)
         known = await self._known(location, anchor_state, scope)
+        if today and not wants_date and known.get("date"):  # the model knows a date: keep it current
+            current = {**current, "date": today}
         if user is None and request.tenant.memory.enabled:  # memory switched off for this request
             current = {**current, "memory": known.get("memory") or {}}
 
