@@ -30,7 +30,7 @@ demo: install
 
 ## install what the tests need and run them
 test: dev
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 bench: dev
 	$(BIN)/python bench/overhead.py

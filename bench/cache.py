@@ -1,6 +1,6 @@
 """Prompt-cache hits and input cost, direct vs through Keel, on three conversations and three API shapes.
 
-    python bench/cache.py [--part current|agent|shapes ...]
+    python bench/cache.py [--part current|agent|shapes ...] [--stability per_turn|segment|dispatch|auto ...]
 
 `current`: a 12-turn LibreChat-like conversation whose client system prompt has a clock line with
 seconds near the top, a memory section that changes at turn 4, a section toggled on at turn 6,
@@ -254,23 +254,24 @@ def rows_for(label: str, rules: str, catalog_label: str, tools: list[dict[str, A
              f"{r['cost']:,.0f}", f"{r['cost'] / direct['cost']:.3f}"] for path, r in paths]
 
 
-def main(parts: list[str]) -> None:
+def main(parts: list[str], stabilities: tuple[str, ...] = ("auto",)) -> None:
     rows: list[list[Any]] = []
     for rules in ("openai", "anthropic"):
         if "current" in parts:
             for with_catalog in (False, True):
                 for named in (False, True):
                     rows += rows_for("current", rules, "200 tools" if with_catalog else "3 tools",
-                                     tools_for(with_catalog), named=named)
+                                     tools_for(with_catalog), named=named, stabilities=stabilities)
         if "agent" in parts:
             for named in (False, True):
-                rows += rows_for("agent", rules, "208 tools", catalog(), agent=True, named=named)
+                rows += rows_for("agent", rules, "208 tools", catalog(), agent=True, named=named,
+                                 stabilities=stabilities)
     if "shapes" in parts:
         for shape, rules in (("responses", "openai"), ("messages", "anthropic")):
             for with_catalog in (False, True):
                 for named in (False, True):
                     rows += rows_for(f"current /v1/{shape}", rules, "200 tools" if with_catalog else "3 tools",
-                                     tools_for(with_catalog), shape=shape, stabilities=("segment",), named=named)
+                                     tools_for(with_catalog), shape=shape, stabilities=stabilities, named=named)
     print(__doc__.split("\n\n")[-1])
     table(["conversation", "conversation id", "rules", "catalog", "path", "calls", "prompt tokens", "cached (read)", "cache writes",
            "cached fraction", "ceiling", "input cost", "cost vs direct"], rows)
@@ -279,4 +280,7 @@ def main(parts: list[str]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--part", action="append", choices=PARTS, help="what to measure (default: all)")
-    main(parser.parse_args().part or list(PARTS))
+    parser.add_argument("--stability", action="append", choices=("per_turn", "segment", "dispatch", "auto"),
+                        help="tools.stability of the Keel rows (default: auto, Keel's default)")
+    args = parser.parse_args()
+    main(args.part or list(PARTS), tuple(args.stability or ("auto",)))

@@ -353,10 +353,17 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if any(t.memory.enabled for t in config.tenants):
             keel.memory_worker.start()
+        if not keel.tokens.exact:  # said once, plainly: every token figure from here on is an estimate
+            log.warning("token_counts_estimated", extra={
+                "detail": f"tiktoken's {keel.tokens.encoding_name} encoding could not be loaded (no network and no "
+                          "TIKTOKEN_CACHE_DIR with its file): token counts, savings and cache figures are estimates "
+                          "of about 4 characters a token"})
         yield
         log.info("keel_stopping", extra={"pid": os.getpid()})
         await keel.aclose()
         keel.metrics.close()
+        # Here, not after uvicorn returns: on SIGTERM uvicorn re-raises the signal once it has shut down.
+        log.info("keel_stopped", extra={"pid": os.getpid()})
 
     app = FastAPI(title="Keel", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.keel = keel

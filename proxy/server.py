@@ -192,24 +192,21 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
     host, port, workers = host or server.host, port if port is not None else server.port, workers or server.workers
     configure_logging(server.log_level)
     started = {"config": os.path.abspath(config_path), **describe(config, host, port, workers)}
-    try:
-        if workers > 1:
-            os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
-            directory, made = metrics_dir()
-            log.info("keel_starting", extra={**started, "metrics_dir": directory})
-            from uvicorn.supervisors import Multiprocess
+    if workers > 1:
+        os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
+        directory, made = metrics_dir()
+        log.info("keel_starting", extra={**started, "metrics_dir": directory})
+        from uvicorn.supervisors import Multiprocess
 
-            multi = uvicorn_config("proxy.server:app_from_env", host, port, server, factory=True, workers=workers)
-            try:
-                Multiprocess(multi, sockets=[multi.bind_socket()]).run()
-            finally:
-                if made:
-                    shutil.rmtree(directory, ignore_errors=True)
-            return
-        log.info("keel_starting", extra=started)
-        uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
-    finally:
-        log.info("keel_stopped", extra={"listen": f"http://{host}:{port}"})
+        multi = uvicorn_config("proxy.server:app_from_env", host, port, server, factory=True, workers=workers)
+        try:
+            Multiprocess(multi, sockets=[multi.bind_socket()]).run()
+        finally:
+            if made:
+                shutil.rmtree(directory, ignore_errors=True)
+        return
+    log.info("keel_starting", extra=started)
+    uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
 
 
 def serve_standin(host: str, port: int, rules: str, log_level: str = "info", gzip: bool = False) -> None:

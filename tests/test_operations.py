@@ -102,14 +102,15 @@ def _free_port() -> int:
 
 
 def test_sigterm_finishes_inflight_stream(standin: ServerThread, tmp_path: Path) -> None:
-    """On SIGTERM Keel stops accepting but lets an in-flight stream finish."""
+    """On SIGTERM Keel stops accepting but lets an in-flight stream finish, then logs keel_stopped."""
     port = _free_port()
     config = {"server": {"port": port, "shutdown_grace_seconds": 10}, "store": {"url": f"sqlite:///{tmp_path}/k.db"},
               "tenants": [{"id": "acme", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]},
                            "upstream": {"base_url": standin.url + "/v1"}}]}
     (tmp_path / "keel.yaml").write_text(yaml.safe_dump(config))
+    log = (tmp_path / "keel.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(tmp_path / "keel.yaml")],
-                            stderr=subprocess.DEVNULL, env={**os.environ})
+                            stderr=log, stdout=log, env={**os.environ})
     try:
         for _ in range(200):
             try:
@@ -130,8 +131,12 @@ def test_sigterm_finishes_inflight_stream(standin: ServerThread, tmp_path: Path)
                 received += chunk
         assert received.endswith(b"data: [DONE]\n\n") and b"word19" in received
         assert proc.wait(timeout=10) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once done
+        events = [json.loads(line).get("event") for line in (tmp_path / "keel.log").read_text().splitlines()
+                  if line.startswith("{")]
+        assert events[-2:] == ["keel_stopping", "keel_stopped"]
     finally:
         proc.kill()
+        log.close()
 
 
 def test_version_from_package_metadata() -> None:
@@ -196,3 +201,34 @@ def test_listen_address_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEEL_PORT", "9000")
     assert listen_address(None, None) == ("0.0.0.0", 9000)
     assert listen_address("127.0.0.1", 8081) == ("127.0.0.1", 8081)
+
+
+def test_estimated_token_counts_are_said_once_at_start(tmp_path: Path) -> None:
+    """Without tiktoken's files (and no way to download them) Keel says at start, in one plain
+    line, that token figures are estimates."""
+    port = _free_port()
+    config = {"server": {"port": port}, "store": {"url": f"sqlite:///{tmp_path}/k.db"},
+              "tenants": [{"id": "acme", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]},
+                           "upstream": {"base_url": "http://127.0.0.1:9/v1"}}]}
+    (tmp_path / "keel.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "empty").mkdir()
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"), "HTTPS_PROXY": "http://127.0.0.1:9",
+           "HTTP_PROXY": "http://127.0.0.1:9"}
+    log = (tmp_path / "keel.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(tmp_path / "keel.yaml")],
+                            stderr=log, stdout=log, env=env)
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+        log.close()
+    lines = [json.loads(line) for line in (tmp_path / "keel.log").read_text().splitlines() if line.startswith("{")]
+    said = [line for line in lines if line.get("event") == "token_counts_estimated"]
+    assert len(said) == 1 and "estimates" in said[0]["detail"]

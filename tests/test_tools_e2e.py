@@ -24,7 +24,9 @@ def catalog(name: str = "agent_8servers.json") -> list[dict[str, Any]]:
 
 
 def tools_tenant(upstream: str, **tools: Any) -> dict[str, Any]:
-    return tenant(upstream, tools={"enabled": True, **tools})
+    """Tools on, chosen fresh each turn (these tests are about what one turn ships; the default
+    stability, auto, is measured in test_invariant_prefix_stable and bench/cache.py)."""
+    return tenant(upstream, tools={"enabled": True, "stability": "per_turn", **tools})
 
 
 @pytest.fixture

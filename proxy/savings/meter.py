@@ -8,11 +8,17 @@ request, the ledger's writes), so a turn's latency never pays for its own accoun
 The ranker's scores and a model-backed ranker's usage reach the meter through `TRACE`, a
 context variable the app sets per turn and `TracedRanker` writes to: the tool planner needs
 no change to report them.
+
+A conversation's turns settle in the order they started (`Meter.turn` chains each to the one
+before it), so one turn's estimate never reads the client's previous request before that
+request's own turn has stored it, and the page lists turns in order, however the background
+work is timed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import logging
@@ -38,6 +44,8 @@ log = logging.getLogger("keel.savings")
 PREFIX_TTL = 24 * 3600  # the client's previous request, for the direct cache estimate
 CACHE_GAP = 3600  # seconds after which no provider still holds a prefix
 OPENAI_MIN, OPENAI_STEP = 1024, 128  # OpenAI caches prefixes of at least 1024 tokens, in steps of 128
+ORDER_WAIT = 120.0  # seconds a turn's settling waits for the turn before it (one that never finishes: a lost client)
+ORDER_KEEP = 10_000  # conversations whose last turn's settling this process remembers
 
 
 @dataclass
@@ -131,15 +139,25 @@ class Meter:
     def __init__(self, ledger: Ledger, tokens: TokenCounter) -> None:
         self.ledger = ledger
         self.tokens = TokenCache(tokens)
+        self._last: OrderedDict[str, asyncio.Future[None]] = OrderedDict()  # conversation -> its newest turn's settling
 
     def turn(self, parsed: Turn, planned: Turn, trace: Trace | None) -> TurnMeter:
-        return TurnMeter(self, parsed, planned, trace)
+        location = planned.location
+        conversation = f"{location.chain.seed}/{location.conversation}" if location is not None else ""
+        before = self._last.pop(conversation, None)
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last[conversation] = settled
+        if len(self._last) > ORDER_KEEP:
+            self._last.popitem(last=False)
+        return TurnMeter(self, parsed, planned, trace, before, settled)
 
 
 class TurnMeter:
-    def __init__(self, meter: Meter, parsed: Turn, planned: Turn, trace: Trace | None) -> None:
+    def __init__(self, meter: Meter, parsed: Turn, planned: Turn, trace: Trace | None,
+                 before: asyncio.Future[None] | None = None, settled: asyncio.Future[None] | None = None) -> None:
         self.meter, self.parsed, self.planned, self.trace = meter, parsed, planned, trace
         self.started = time.time()
+        self.before, self.settled = before, settled
 
     def finish(self, usage: Usage, first: Usage | None, rounds: int, calls: Sequence[Json],
                found: Sequence[str]) -> None:
@@ -148,8 +166,15 @@ class TurnMeter:
 
     async def _settle(self, usage: Usage, first: Usage, rounds: int, called: tuple[str, ...],
                       found: tuple[str, ...]) -> None:
-        facts = await self.facts(usage, first, rounds, called, found)
-        await self.meter.ledger.write(facts)
+        try:
+            if self.before is not None and not self.before.done():  # the turn before settles first
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self.before), ORDER_WAIT)
+            facts = await self.facts(usage, first, rounds, called, found)
+            await self.meter.ledger.write(facts)
+        finally:
+            if self.settled is not None and not self.settled.done():
+                self.settled.set_result(None)
         log.info("turn_savings", extra={
             "tenant": facts.tenant, "request_id": facts.request_id, "conversation": facts.conversation,
             "input_direct": facts.direct.input, "input_keel": usage.input, "cached_direct": facts.direct_cached,
