@@ -11,6 +11,7 @@ conversation (`proxy.proofs`): what a later request proves its continuity with.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -20,7 +21,7 @@ from proxy.conversations import TurnKind
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import Message
 from proxy.metrics import Metrics
-from proxy.proofs import Proofs, relayed_fragments
+from proxy.proofs import RECORD_WAIT, Proofs, relayed_fragments
 from proxy.rounds.readers import AnswerReader
 from proxy.savings.meter import TurnMeter
 from proxy.sse import EventParser
@@ -46,6 +47,8 @@ class CacheAccounting:
         self._parser: EventParser | None = None
         self._usage: JsonObject | None = None
         self._answer = AnswerReader(request.codec.shape) if self.proofs is not None else None
+        self._recording: asyncio.Task[None] | None = None
+        self._finished = False
 
     def from_body(self, body: bytes) -> Mapping[str, str]:
         try:
@@ -83,7 +86,15 @@ class CacheAccounting:
                     if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
                         self._usage = {**(self._usage or {}), **holder["usage"]}
 
+    async def settled(self) -> None:
+        """Wait (briefly) for the record of what was relayed: called before the answer's last bytes."""
+        if self._recording is not None and not self._recording.done():
+            await asyncio.wait({self._recording}, timeout=RECORD_WAIT)
+
     def finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
         shown = None
         if self._answer is not None:
             try:
@@ -103,7 +114,7 @@ class CacheAccounting:
             return
         fragments = relayed_fragments([shown], self.request.body)
         if fragments:
-            self.proofs.spawn(location.caller, location.chain.seed, fragments)
+            self._recording = self.proofs.spawn(location.caller, location.chain.seed, fragments)
         self.proofs = None  # once per turn
 
     def record(self, usage: Json, rounds: int = 0, first: Json = None, calls: Sequence[Json] = (),

@@ -108,7 +108,7 @@ class Keel:
         background = GuardedStore(store, BACKGROUND_STORE_BUDGET, breaker)
         self.metrics.store_up.set(1)
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
-        self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds)
+        self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background)
         self.owners = ResponseOwners(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
@@ -250,6 +250,8 @@ class Keel:
             planned = planned.with_headers(**{"x-keel-conversation": planned.location.conversation})
             meter = self.meter.turn(parsed, planned, trace) if self.config.savings.enabled else None
             account = CacheAccounting(self.metrics, planned, meter, self.conversations.proofs)
+            if meter is not None:
+                done = _then(done, meter.ended)
         if planned.responder is not None:
             return await self.respond(planned, Exchange(send, rid, done, content, raw, account))
         response = await send(content)
@@ -323,6 +325,14 @@ class Keel:
         await self.conversations.proofs.drain()
         await self.upstream.aclose()
         await self.store.close()
+
+
+def _then(done: Callable[[Outcome], None], after: Callable[[], None]) -> Callable[[Outcome], None]:
+    def both(outcome: Outcome) -> None:
+        done(outcome)
+        after()
+
+    return both
 
 
 def error_response(exc: ProxyError, rid: str | None = None, shape: str = "chat") -> Response:

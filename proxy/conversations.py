@@ -116,11 +116,12 @@ class Location:
 
 
 class Conversations:
-    def __init__(self, store: Store, ttl_seconds: float) -> None:
+    def __init__(self, store: Store, ttl_seconds: float, after_answer: Store | None = None) -> None:
         self.store = store
         self.ttl = ttl_seconds
         self.blobs = Blobs(store, ttl_seconds)  # content many conversations share, stored once
-        self.proofs = Proofs(store, ttl_seconds)
+        # written after the answer, with the background's longer budget: a proof lost is a turn's cache
+        self.proofs = Proofs(after_answer or store, ttl_seconds)
 
     def _turn_key(self, chain: Chain, chain_hash: str) -> str:
         return key(chain.seed, "turn", chain_hash)

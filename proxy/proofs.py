@@ -40,6 +40,7 @@ log = logging.getLogger("keel.proofs")
 MIN_SECRET_CHARS = 160
 MIN_CALL_ID_CHARS = 20
 GREEDY_TEMPERATURE = 0.05
+RECORD_WAIT = 0.5  # seconds an answer's last bytes wait for its record (a slow store delays, never stalls)
 NEWEST_ANSWERS = 8  # assistant messages of a history looked at, newest first
 SHARED = "*"
 SEEN = "~"
@@ -101,8 +102,10 @@ class Proofs:
         self.ttl = ttl_seconds
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def spawn(self, caller: str, namespace: str, relayed: Sequence[Fragment]) -> None:
-        """`record` in the background, after the answer (a failure costs the next turn's proof, logged)."""
+    def spawn(self, caller: str, namespace: str, relayed: Sequence[Fragment]) -> asyncio.Task[None]:
+        """`record` in the background (a failure costs the next turn's proof, logged). The relay
+        waits for it (`CacheAccounting.settled`, at most `RECORD_WAIT`) before the answer's last
+        bytes, so a client's next request cannot overtake the record of the answer it holds."""
 
         async def guarded() -> None:
             try:
@@ -113,6 +116,7 @@ class Proofs:
         task = asyncio.get_running_loop().create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def drain(self) -> None:
         """Wait for the records in flight (shutdown, tests)."""

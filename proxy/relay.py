@@ -89,6 +89,7 @@ async def relay(
                 plain = _plain(response, prefix)
                 if plain is not None:
                     headers.update(accounting.from_body(plain))
+                    await accounting.settled()  # what was relayed is on record before the client has it
             on_done(outcome)
             return Response(prefix, status_code=response.status, headers=headers)
     outcome.streamed = True
@@ -182,6 +183,9 @@ async def _stream(
                 if is_sse and plain:
                     if stream_end is not None and not ended:
                         ended = bool(stream_end.search(tail[-64:] + plain))
+                        if ended and accounting is not None:  # the answer is whole: on record before its end goes out
+                            accounting.finish()
+                            await accounting.settled()
                     tail = (tail + plain)[-256:]
             yield chunk
         if reader is not None and not reader.readable:

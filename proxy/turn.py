@@ -43,6 +43,10 @@ class Accounting(Protocol):
     def record(self, usage: Json, rounds: int = 0, first: Json = None, calls: Sequence[Json] = (),
                found: Sequence[str] = (), shown: JsonObject | None = None) -> Mapping[str, str]: ...
 
+    async def settled(self) -> None:
+        """Wait (briefly) until what was relayed is on record: before the answer's last bytes."""
+        ...
+
 
 @dataclass(frozen=True)
 class Exchange:

@@ -8,6 +8,8 @@ makes a long answer as a sampled model would."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -234,3 +236,42 @@ def test_records_a_proof_no_longer_covers_are_not_reused(keel: ServerThread, sta
     copy = [dict(m) for m in victim[:-1]]  # the victim's history up to its last message, resent
     chat(keel, "Base prompt.", copy)
     assert "zebra-tango" not in str(bodies(standin)[-1])
+
+
+class SlowProofs:
+    """A real store whose writes of what Keel relayed take a while (a loaded store)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        if ":proof:" in key:
+            await asyncio.sleep(0.25)
+        await self.inner.set(key, value, ttl)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_the_next_request_never_overtakes_the_record_of_the_answer(
+        standin: ServerThread, start_keel: Callable[..., ServerThread], tmp_path: Any, stream: bool) -> None:
+    """The client sends its next turn the moment it has the answer: the answer's record is
+    written before the answer's last bytes go out, so the next turn is proven even on a slow store."""
+    from proxy.stores.sqlite import SqliteStore
+
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", **ON)),
+                      store=SlowProofs(SqliteStore(str(tmp_path / "k.db"))))
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hi [[ramble 40]]"}]
+    body = {"model": "m", "stream": stream, "messages": [{"role": "system", "content": "Now: 10:00:01"}, *history]}
+    with httpx.stream("POST", keel.url + "/v1/chat/completions", headers=AUTH, json=body) as reply:
+        raw = reply.read()
+    if stream:
+        text = "".join(e["choices"][0]["delta"].get("content") or "" for e in
+                       (json.loads(line[6:]) for line in raw.decode().splitlines()
+                        if line.startswith("data: {")) if e.get("choices"))
+    else:
+        text = json.loads(raw)["choices"][0]["message"]["content"]
+    history += [{"role": "assistant", "content": text}, {"role": "user", "content": "next"}]
+    chat(keel, "Now: 10:00:59", history)
+    assert "10:00:01" in upstream_system(standin), "proven by the answer just relayed"

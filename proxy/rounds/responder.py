@@ -159,6 +159,7 @@ class ToolSearchResponder:
                     await self._called(request, loop, answer.calls)
                     headers.update(self._account(request, exchange).record(answer.usage, calls=answer.calls,
                                                                               shown=answer.shown))
+                    await self._account(request, exchange).settled()
                     exchange.done(Outcome(upstream.status, len(raw)))
                     return Response(raw, status_code=upstream.status, headers=headers)
                 visible = answer.shown if loop.rounds else None
@@ -182,6 +183,7 @@ class ToolSearchResponder:
         headers.update(self._tools_header(loop))
         headers.update(self._account(request, exchange).record(usage, loop.rounds, first, shown["tool_calls"],
                                                                loop.found, shown=shown))
+        await self._account(request, exchange).settled()
         await self._store(request, loop, visible, after, shown)
         await self._dispatched(request, getattr(json, "dispatched", {}))
         exchange.done(Outcome(200, len(body)))
@@ -264,6 +266,7 @@ class ToolSearchResponder:
                 await self._called(request, loop, state.own_calls)
                 self._account(request, exchange).record(state.usage, loop.rounds, first, state.own_calls, loop.found,
                                                         shown=state.shown())
+                await self._account(request, exchange).settled()
                 closing, replayed = state.closing(include_usage)
                 await self._remember_alias(request, state)
                 for out in closing:

@@ -4,13 +4,18 @@ Per tenant (keys hash-tagged `savings:<tenant>`):
 
     h:<YYYYMMDDHH>    hourly counters (turns, tokens and dollars direct and through Keel, by cause,
                       tool_search rounds, first-shot calls, gate decisions, memory-gate outcomes)
-    c:<YYYYMMDD>      per-day counters per conversation (`<conversation>|usd_keel` …), for the
-                      top conversations
+    conv:<conversation>  the conversation's counters (turns, input tokens, dollars both ways)
+    top:<YYYYMMDD>    the day's `TOP_KEPT` costliest conversations (a small JSON object)
     t:<conversation>  the conversation's turns (`TurnFacts`), the first `conversation_turns` kept
     memory            all-time memory-model runs and cost (the average a skipped run is priced at)
 
-Hourly and daily keys and turn lists expire after `savings.retention_days`. A write that fails
-is logged and dropped: figures are bookkeeping, never a reason to fail or slow a turn.
+Every key a turn writes is of a bounded size, so a turn costs the same at the end of a busy day
+as at its start, and the page's reads are bounded too (an hour's counters, a day's top list,
+the counters of the conversations in it): none grows with the day's traffic. The top list is
+read, changed and written back, so two replicas writing at once may each keep the other's
+change or not: it ranks, it does not account (the hourly counters do). Keys expire after
+`savings.retention_days`. A write that fails is logged and dropped: figures are bookkeeping,
+never a reason to fail or slow a turn.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import logging
 import time
 from collections.abc import Coroutine, Iterable
 
+import orjson
+
 from proxy.config import SavingsConfig
 from proxy.savings.facts import TurnFacts
 from proxy.stores import Store, key
@@ -27,6 +34,7 @@ from proxy.stores import Store, key
 log = logging.getLogger("keel.savings")
 HOUR = 3600
 DAY = 24 * HOUR
+TOP_KEPT = 100  # conversations a day's top list keeps (the page shows 10)
 
 
 def hour_of(ts: float) -> str:
@@ -73,15 +81,28 @@ class Ledger:
     async def write(self, facts: TurnFacts) -> None:
         tenant, conversation = facts.tenant, facts.conversation
         await self.store.incr(self._key(tenant, "h", hour_of(facts.at)), facts.counters(), self.ttl + HOUR)
-        per_conversation = {f"{conversation}|turns": 1, f"{conversation}|usd_keel": facts.keel_usd,
-                            f"{conversation}|usd_direct": facts.direct_usd,
-                            f"{conversation}|input_keel": facts.usage.input}
-        await self.store.incr(self._key(tenant, "c", day_of(facts.at)), per_conversation, self.ttl + DAY)
+        totals = self._key(tenant, "conv", conversation)
+        await self.store.incr(totals, {"turns": 1, "usd_keel": facts.keel_usd, "usd_direct": facts.direct_usd,
+                                       "input_keel": facts.usage.input}, self.ttl)
+        (total,) = await self.store.counters([totals])
+        await self._rank(tenant, day_of(facts.at), conversation, total.get("usd_keel", 0.0))
         turns = self._key(tenant, "t", conversation)
         if turns not in self._full:
             count = await self.store.append(turns, facts.to_bytes(), self.ttl)
             if count >= self.config.conversation_turns:
                 self._full.add(turns)
+
+    async def _rank(self, tenant: str, day: str, conversation: str, usd: float) -> None:
+        """Keep the day's costliest conversations: this one goes in when it beats the cheapest kept."""
+        where = self._key(tenant, "top", day)
+        raw = await self.store.get(where)
+        top: dict[str, float] = orjson.loads(raw) if raw else {}
+        if conversation not in top and len(top) >= TOP_KEPT and usd <= min(top.values()):
+            return
+        top[conversation] = usd
+        if len(top) > TOP_KEPT:
+            del top[min(top, key=lambda c: top[c])]
+        await self.store.set(where, orjson.dumps(top), self.ttl + DAY)
 
     async def memory(self, tenant: str, outcome: str, usd: float = 0.0, estimate: float = 0.0) -> None:
         """A memory job's gate decision (run, skip, failed), the model's cost, or a skipped run's estimate."""
@@ -111,18 +132,19 @@ class Ledger:
         return [(float(h), c) for h, c in zip(starts, found, strict=True) if c]
 
     async def conversations(self, tenant: str, since: float, until: float) -> dict[str, dict[str, float]]:
+        """The counters of the conversations in the range's daily top lists."""
         since = self._bounded(since, until)
         days, day = [], int(since // DAY * DAY)
         while day <= until:
             days.append(day_of(day))
             day += DAY
-        out: dict[str, dict[str, float]] = {}
-        for counters in await self.store.counters([self._key(tenant, "c", d) for d in days]):
-            for name, value in counters.items():
-                conversation, _, field = name.rpartition("|")
-                totals = out.setdefault(conversation, {})
-                totals[field] = totals.get(field, 0.0) + value
-        return out
+        names: set[str] = set()
+        for raw in await self.store.get_many([self._key(tenant, "top", d) for d in days]):
+            if raw:
+                names.update(orjson.loads(raw))
+        ordered = sorted(names)
+        found = await self.store.counters([self._key(tenant, "conv", c) for c in ordered])
+        return {c: totals for c, totals in zip(ordered, found, strict=True) if totals}
 
     async def turns(self, tenant: str, conversation: str) -> list[TurnFacts]:
         return [TurnFacts.from_bytes(raw) for raw in await self.store.get_list(self._key(tenant, "t", conversation))]

@@ -44,7 +44,7 @@ log = logging.getLogger("keel.savings")
 PREFIX_TTL = 24 * 3600  # the client's previous request, for the direct cache estimate
 CACHE_GAP = 3600  # seconds after which no provider still holds a prefix
 OPENAI_MIN, OPENAI_STEP = 1024, 128  # OpenAI caches prefixes of at least 1024 tokens, in steps of 128
-ORDER_WAIT = 120.0  # seconds a turn's settling waits for the turn before it (one that never finishes: a lost client)
+ORDER_WAIT = 30.0  # seconds a turn's settling waits at most for the turn before it
 ORDER_KEEP = 10_000  # conversations whose last turn's settling this process remembers
 
 
@@ -158,11 +158,19 @@ class TurnMeter:
         self.meter, self.parsed, self.planned, self.trace = meter, parsed, planned, trace
         self.started = time.time()
         self.before, self.settled = before, settled
+        self.finished = False
 
     def finish(self, usage: Usage, first: Usage | None, rounds: int, calls: Sequence[Json],
                found: Sequence[str]) -> None:
         """The turn's answer is complete: work out and store its figures in the background."""
+        self.finished = True
         self.meter.ledger.spawn(self._settle(usage, first or usage, rounds, _names(calls), tuple(found)))
+
+    def ended(self) -> None:
+        """The exchange is over: a turn with no usage to settle (an error, a lost client, a reply
+        without usage) lets the next turn of its conversation settle at once."""
+        if not self.finished and self.settled is not None and not self.settled.done():
+            self.settled.set_result(None)
 
     async def _settle(self, usage: Usage, first: Usage, rounds: int, called: tuple[str, ...],
                       found: tuple[str, ...]) -> None:
