@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/data/tiktoken)
+TEST_WORKERS ?= 2  # pytest-xdist processes (0: one process); each takes its own Redis db (tests/conftest.py)
 export TIKTOKEN_CACHE_DIR
 
 .PHONY: run demo test install dev bench lint clean
@@ -30,7 +31,7 @@ demo: install
 
 ## install what the tests need and run them
 test: dev
-	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench: dev
 	$(BIN)/python bench/overhead.py

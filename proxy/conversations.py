@@ -120,8 +120,10 @@ class Conversations:
         self.store = store
         self.ttl = ttl_seconds
         self.blobs = Blobs(store, ttl_seconds)  # content many conversations share, stored once
-        # written after the answer, with the background's longer budget: a proof lost is a turn's cache
-        self.proofs = Proofs(after_answer or store, ttl_seconds)
+        # Written after the answer, with the background's longer budget (losing one costs the next
+        # turn's cache): the proofs, aliases, hidden exchanges and dispatched calls.
+        self.after_answer = after_answer or store
+        self.proofs = Proofs(self.after_answer, ttl_seconds)
 
     def _turn_key(self, chain: Chain, chain_hash: str) -> str:
         return key(chain.seed, "turn", chain_hash)
@@ -189,10 +191,10 @@ class Conversations:
         newest = location.chain.newest_user
         if newest is None:
             return
-        raw = await self.store.get(self._turn_key(location.chain, newest.hash))
+        raw = await self.after_answer.get(self._turn_key(location.chain, newest.hash))
         updated = change(TurnRecord.from_bytes(raw) if raw else self.new_record(location))
         if updated is not None:
-            await self.write_turn(location.chain, updated)
+            await self.after_answer.set(self._turn_key(location.chain, updated.chain_hash), updated.to_bytes(), self.ttl)
 
     async def add_hidden_exchange(self, location: Location, exchange: JsonObject) -> None:
         """Append an exchange to the newest user message's record (once per answer)."""
@@ -214,7 +216,7 @@ class Conversations:
 
     async def alias_response(self, scope: str, shown: str, stored: str) -> None:
         """Remember that the response a client was shown (`shown`) continues as `stored` upstream."""
-        await self.store.set(self._alias_key(scope, shown), stored.encode(), self.ttl)
+        await self.after_answer.set(self._alias_key(scope, shown), stored.encode(), self.ttl)
 
     async def stored_response(self, scope: str, shown: str) -> str | None:
         raw = await self.store.get(self._alias_key(scope, shown))

@@ -25,7 +25,19 @@ from proxy.server import uvicorn_config  # noqa: E402
 from proxy.standin.app import StandIn, create_standin_app  # noqa: E402
 from proxy.tokens import TokenCounter  # noqa: E402
 
-REDIS_URL = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+def _redis_url() -> str:
+    """The test Redis database: `KEEL_TEST_REDIS_URL` (db 15 by default); each pytest-xdist worker
+    takes its own database (`KEEL_TEST_REDIS_DBS`, one per worker), since tests flush theirs."""
+    url = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    dbs = os.environ.get("KEEL_TEST_REDIS_DBS", "15,7,6,5").split(",")
+    return url.rsplit("/", 1)[0] + "/" + dbs[int(worker[2:]) % len(dbs)]
+
+
+REDIS_URL = _redis_url()
 KEY = "sk-keel-test"
 KEY_DIGEST = hashlib.sha256(KEY.encode()).hexdigest()
 CATALOGS = SHARED / "data" / "catalogs"
