@@ -29,7 +29,7 @@ from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.deferral import client_deferral
-from proxy.tools.learned import LearnedPhrases
+from proxy.tools.learned import LearnedPhrases, scope_of
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
@@ -224,7 +224,7 @@ class ToolPlanner:
         ranking, outcome = await self._rank(request, catalog, query, candidates, ranker)
         recalled: tuple[int, ...] = ()
         if ranking is not None and self.learned is not None and select.learn and stored:
-            recall = await self.learned.recall(request.tenant.id, catalog, query, candidates)
+            recall = await self.learned.recall(scope_of(request.tenant.id, request.owner), catalog, query, candidates)
             recalled = recall.tools
             if recall.alike and ranking.needs_tool < NEEDS_TOOL_THRESHOLD:
                 ranking = replace(ranking, needs_tool=NEEDS_TOOL_THRESHOLD)
