@@ -107,18 +107,18 @@ def strip_keel(value: Json) -> Json:
 
 
 def view_body(wire: JsonObject, messages: list[JsonObject], replaced: tuple[str, ...], own: Callable[[Json], bool],
-              to_view: Callable[[JsonObject], JsonObject], choice: str, take: Origins, views: ToolViews) -> View:
+              to_view: Callable[[JsonObject], JsonObject], choice: Callable[[Json], Json], take: Origins,
+              views: ToolViews) -> View:
     """The view of a shape's body: its other fields as sent, `messages` in place of the fields
-    they came from (`replaced`), its tools (`view_tools`), and a tool_choice naming one tool of
-    type `choice` as chat's."""
+    they came from (`replaced`), its tools (`view_tools`), and its tool_choice in chat's forms
+    (`choice`; only the planners read it: the wire keeps the client's)."""
     body: JsonObject = {k: v for k, v in wire.items() if k not in replaced}
     body["messages"] = messages
     tools = wire.get("tools")
     if isinstance(tools, list):
         body.update(view_tools(tools, own, to_view, take, views))
-    named = wire.get("tool_choice")
-    if isinstance(named, dict) and named.get("type") == choice:
-        body["tool_choice"] = {"type": "function", "function": {"name": named.get("name")}}
+    if "tool_choice" in wire:
+        body["tool_choice"] = choice(wire["tool_choice"])
     return View(body, wire, take.origin, tuple(take.keep))
 
 

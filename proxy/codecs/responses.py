@@ -101,6 +101,21 @@ def function_tool(tool: JsonObject) -> JsonObject:
     return {"type": "function", "function": function, KEEL: tool}
 
 
+def tool_choice(choice: Json) -> Json:
+    """Responses' tool_choice in chat's forms: a named function, allowed tools ("none", "auto" and
+    "required" are chat's own; hosted tools' choices name no function)."""
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if choice.get("type") == "allowed_tools":
+        tools = choice.get("tools")
+        named = [{"type": "function", "function": {"name": t.get("name")}}
+                 for t in (tools if isinstance(tools, list) else []) if isinstance(t, dict) and t.get("type") == "function"]
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode"), "tools": named}}
+    return choice
+
+
 class ResponsesCodec:
     shape = "responses"
     stream_end = re.compile(rb"(?:^|[\r\n])event: ?response\.(?:completed|failed|incomplete)\b|"
@@ -128,7 +143,7 @@ class ResponsesCodec:
             messages.append(take.take({"role": "user", "content": given}, given))
         elif isinstance(given, list):
             messages += item_messages(given, take)
-        return view_body(wire, messages, ("input", "instructions", "tools"), _is_function, function_tool, "function",
+        return view_body(wire, messages, ("input", "instructions", "tools"), _is_function, function_tool, tool_choice,
                          take, self._tools)
 
     def render(self, body: JsonObject, view: View) -> JsonObject:

@@ -1,9 +1,9 @@
 """The tool planner: defer the catalog, surface what the turn needs, add `tool_search`.
 
 Always surfaced: tools named in the newest user message, `always` tools, tools used or
-found earlier in the conversation, the tool named by `tool_choice`, and tools whose schema
-is cheaper than a search. The rest are ranked; a needs-tool gate keeps a thanks-you from
-surfacing anything. Every tool stays reachable: what is not surfaced is named in
+found earlier in the conversation, the tools `tool_choice` forces or allows, and tools whose
+schema is cheaper than a search. The rest are ranked; a needs-tool gate keeps a thanks-you from
+surfacing anything, unless the client requires a tool call (`tools/choice.py`). Every tool stays reachable: what is not surfaced is named in
 `tool_search`'s description (invariant 3). A ranking that fails or times out leaves only the
 always-surfaced tools, never a failed turn. Selection needs no store: when stored state cannot
 be read (the store down or slow, this stage failed or overran), `afresh` ranks the turn per turn
@@ -28,6 +28,7 @@ from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
+from proxy.tools.choice import read_choice
 from proxy.tools.deferral import client_deferral
 from proxy.tools.learned import LearnedPhrases, scope_of
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
@@ -58,6 +59,18 @@ class ToolPlan:
     outcome: str  # ranked | ranking_fallback (lexical, the backend failed) | no_tool_needed | not_ranked | segment
     dispatch: bool = False  # later tools are called through call_tool; the block never changes
     shown: frozenset[str] = frozenset()  # outside the block, tools whose schema the model has seen this segment
+
+
+def required_call(ranking: Ranking, candidates: Sequence[int], shortlist: int) -> Ranking:
+    """A ranking for a turn whose client requires a tool call: the gate's "no tool" does not hold,
+    and a ranking that found fewer than `shortlist` tools is filled in the client's own order (no
+    evidence: the client's order is the best prior), so the model has client tools to call, not
+    only Keel's tool_search."""
+    order = list(ranking.order)
+    floor = ranking.scores[-1] if ranking.scores else 1.0
+    filled = [i for i in candidates if i not in set(order)][: max(0, shortlist - len(order))]
+    return replace(ranking, order=(*order, *filled), scores=(*ranking.scores, *(floor for _ in filled)),
+                   needs_tool=max(ranking.needs_tool, NEEDS_TOOL_THRESHOLD))
 
 
 def tools_update(entries: Sequence[ToolEntry]) -> str:
@@ -228,6 +241,9 @@ class ToolPlanner:
             recalled = recall.tools
             if recall.alike and ranking.needs_tool < NEEDS_TOOL_THRESHOLD:
                 ranking = replace(ranking, needs_tool=NEEDS_TOOL_THRESHOLD)
+        choice = read_choice(request.body.get("tool_choice"))
+        if ranking is not None and choice.required and not choice.named:
+            ranking = required_call(ranking, candidates, select.shortlist)
         selected: list[str] = []
         if ranking is not None:
             withheld = ranking.needs_tool < NEEDS_TOOL_THRESHOLD
@@ -398,11 +414,7 @@ class ToolPlanner:
         pinned = set(catalog.names_in(query, cfg.select.shortlist))
         pinned |= catalog.matching(cfg.defer.always)
         pinned |= (called_tools(messages) | set(found)) & catalog.by_name.keys()
-        choice = request.body.get("tool_choice")
-        if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-            name = choice["function"].get("name")
-            if name in catalog.by_name:
-                pinned.add(name)
+        pinned |= read_choice(request.body.get("tool_choice")).named & catalog.by_name.keys()
         pinned |= catalog.smaller_than(cfg.defer.schema_chars)
         return pinned
 
