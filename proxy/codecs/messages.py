@@ -8,7 +8,7 @@
                                         (text, thinking, tool_use kept as sent) and `tool_calls`
                                         for the tool_use blocks
     a `system` entry inside messages -> a system message where it stands (Claude Code sends them)
-    tools: {name, description, input_schema} -> function tools; server tools ride along, first
+    tools: {name, description, input_schema} -> function tools; server tools ride along (`render_tools`)
 
 Rendering walks the view: the leading marked system messages become `system`; consecutive
 user-side messages (tool results, user content) become one user message, and a run that is

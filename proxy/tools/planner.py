@@ -29,7 +29,7 @@ from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.choice import read_choice
-from proxy.tools.deferral import client_deferral
+from proxy.tools.deferral import client_deferral, client_searches
 from proxy.tools.learned import LearnedPhrases, scope_of
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
@@ -142,6 +142,8 @@ class ToolPlanner:
     async def _plan(self, request: Turn, stored: bool) -> Turn:
         cfg = request.tenant.tools
         if request.codec.shape not in self.shapes:  # no responder answers tool_search in this shape yet
+            return request
+        if client_searches(request.body):  # the client finds its own deferred tools: its tools go as sent
             return request
         deferral = client_deferral(request.body)
         if deferral is not None:  # the client deferred tools itself
