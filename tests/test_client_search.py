@@ -79,7 +79,8 @@ def test_codex_client_search_ids_and_order_pass_as_sent(standin: ServerThread,
                  "content": [{"type": "input_text", "text": "<permissions>workspace-write</permissions>"}]}
     additional = {"type": "additional_tools", "tools": [{"type": "namespace", "name": "mcp__tracker", "tools": [
         {"type": "function", "name": "archive_ticket", "parameters": schema("archive")}]}]}
-    ask = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list the files"}]}
+    ask = {"type": "message", "role": "user",  # it speaks of time: Keel tells the model the date, in the developer message
+           "content": [{"type": "input_text", "text": "list the files I changed today"}]}
     tools = codex_tools()
     client.responses.create(model="gpt-5-codex", instructions="You are Codex.", tools=tools,  # type: ignore[arg-type]
                             input=[developer, additional, ask], store=False)  # type: ignore[list-item]
@@ -87,7 +88,8 @@ def test_codex_client_search_ids_and_order_pass_as_sent(standin: ServerThread,
     assert sent["tools"] == tools
     items = sent["input"]
     assert [i.get("type") for i in items] == ["message", "additional_tools", "message"]
-    assert items[0]["id"] == "msg_dev_1" and list(items[0]) == list(developer)
+    assert items[0]["content"] != developer["content"]  # Keel changed the message (the date) ...
+    assert items[0]["id"] == "msg_dev_1" and list(items[0]) == list(developer)  # ... and kept its own fields
     assert items[1] == additional
 
 
