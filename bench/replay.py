@@ -31,7 +31,8 @@ from firstshot import Shipper, catalog_tools, jsonl, make_ranker  # noqa: E402
 from quality import metatool_tools  # noqa: E402
 
 from proxy.stores.sqlite import SqliteStore  # noqa: E402
-from proxy.tools.learned import LearnedPhrases  # noqa: E402
+from proxy.tools.learned import LearnedPhrases, scope_of  # noqa: E402
+from proxy.turn import Turn  # noqa: E402
 
 PAIRS = ROOT / "bench" / "data" / "replay_pairs.jsonl"
 CATALOG_FILES = {"208": "agent_8servers.json", "782": "all_tools.json"}
@@ -59,7 +60,8 @@ async def replay(title: str, tools: list[dict[str, Any]], rows: list[tuple[str, 
     for tool, first, _ in rows:
         shipped = await learning.ship_async(tools, first)
         if tool not in shipped.names:  # the model would have searched, found it and called it: learned
-            await learned.learn(learning.tenant.id, tool, first)
+            await learned.learn(scope_of(learning.tenant.id, Turn(learning.tenant, b"", {}, {}, "bench").owner), tool,
+                                first)
             searched.append(tool)
     found = set(searched)
     on = [await learning.ship_async(tools, second) for _, _, second in rows]

@@ -4,8 +4,10 @@ A planner returns a new `Turn` or the same object. Every stage, and the steps ar
 them (finding the turn in its conversation, writing its record), runs through one guard:
 a stage that raises or overruns its deadline is logged with its name, counted, and
 skipped, so its part of the request stays as the client sent it (invariant 4: no feature
-failure fails a turn). A request whose conversation cannot be read at all (store down,
-a body the chain cannot hash) goes out as the client sent it.
+failure fails a turn). A planner for which "as the client sent it" would cost far more than
+planning (the tool planner: a whole catalog instead of a few tools) also plans `afresh`, from
+the request alone: after its stage failed, and whenever the conversation cannot be read (the
+store down or slow, a body the chain cannot hash), when every other planner is skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from proxy.chain import ContextDigests, Meanings
 from proxy.conversations import Conversations, TurnKind
@@ -37,6 +39,16 @@ class Planner(Protocol):
         ...
 
     async def plan(self, request: Turn) -> Turn: ...
+
+
+@runtime_checkable
+class PlansAfresh(Planner, Protocol):
+    """A planner that can plan without stored state, so a store outage or its own stage's
+    failure never sends the client's much larger request instead."""
+
+    async def afresh(self, request: Turn) -> Turn:
+        """Planned from the request alone: no store call, nothing slow."""
+        ...
 
 
 def check_order(planners: Sequence[Planner]) -> None:
@@ -69,18 +81,29 @@ class Pipeline:
         active = [p for p in self.planners if p.applies(request)]
         if not active or not request.plannable:
             return request
-        if not self.store_healthy():  # the breaker is open: passthrough until the store recovers
+        located = None
+        if self.store_healthy():
+            located = await self.guard("locate", request, self._locate(request))
+        else:  # the breaker is open: nothing stored is read until the store recovers
             self.metrics.planner_failures.labels(request.tenant.id, "store_unavailable").inc()
-            return request
-        located = await self.guard("locate", request, self._locate(request))
         if located is None:
-            return request
+            return await self._afresh(active, request)
         request = located
         for planner in active:
             planned = await self.guard(planner.name, request, planner.plan(request))
+            if planned is None and isinstance(planner, PlansAfresh):
+                planned = await self.guard(planner.name + "_afresh", request, planner.afresh(request))
             if planned is not None:
                 request = planned
         await self.guard("record", request, self._record(request))
+        return request
+
+    async def _afresh(self, active: Sequence[Planner], request: Turn) -> Turn:
+        """Without the conversation: only the planners that plan from the request alone."""
+        for planner in active:
+            if isinstance(planner, PlansAfresh):
+                planned = await self.guard(planner.name + "_afresh", request, planner.afresh(request))
+                request = planned if planned is not None else request
         return request
 
     async def guard(self, stage: str, request: Turn, work: Awaitable[T]) -> T | None:

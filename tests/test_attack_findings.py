@@ -122,7 +122,7 @@ def test_since_far_back_is_bounded_by_retention(keel_on: ServerThread, since: st
 
 def learned_fields(db: Path) -> dict[str, bytes]:
     with sqlite3.connect(db) as conn:
-        return dict(conn.execute("SELECT field, value FROM hashes WHERE key = ?", ("keel:{learned:acme}:phrases",)))
+        return dict(conn.execute("SELECT field, value FROM hashes WHERE key LIKE ?", ("keel:{learned:acme:%}:phrases",)))
 
 
 def gadget(name: str) -> dict[str, Any]:
@@ -162,10 +162,10 @@ def learning(stand: ServerThread, start_keel: Callable[..., ServerThread], tmp_p
 
 
 def test_learned_tools_per_tenant_are_bounded(learning: tuple[ServerThread, Path, ServerThread], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every tool a search found was kept for its tenant forever: `TOOLS_PER_TENANT` capped only what
+    """Every tool a search found was kept for its tenant forever: `TOOLS_PER_TENANT` (now `TOOLS_PER_SCOPE`) capped only what
     a ranking reads, never what the store holds, so a client naming a new tool each turn grew the
     tenant's hash without end. The least recently learned now go once the tenant holds more."""
-    monkeypatch.setattr(learned_module, "TOOLS_PER_TENANT", 3)
+    monkeypatch.setattr(learned_module, "TOOLS_PER_SCOPE", 3)
     keel, db, _ = learning
     for i in range(6):
         found_by_search(keel, f"zz_gadget_{i}")
@@ -225,7 +225,8 @@ def test_learned_index_cache_is_bounded(learning: tuple[ServerThread, Path, Serv
 
 
 def test_learned_words_never_reach_another_users_request(learning: tuple[ServerThread, Path, ServerThread]) -> None:
-    """Held: what one user's turn taught ships a tool of the other user's own catalog, never a word of it."""
+    """What one user's turn taught never reaches the other user's request: not a word of it, and since
+    learning is scoped like every stored state (issue 20, finding 7), not the tool it taught either."""
     keel, _, _ = learning
     found_by_search(keel, "polish_gadget", words="buff the zanzibar trumpet valves", headers={"x-keel-user": "ana"})
     httpx.post(
@@ -239,7 +240,7 @@ def test_learned_words_never_reach_another_users_request(learning: tuple[ServerT
         },
     ).raise_for_status()
     sent = learning[2].app.state.standin.requests[-1]
-    assert "polish_gadget" in [t["function"]["name"] for t in sent["tools"]]  # recalled: a tool of bo's catalog
+    assert "polish_gadget" not in [t["function"]["name"] for t in sent["tools"]]  # ana's lesson, not bo's
     assert "zanzibar" not in orjson.dumps(sent).decode()
 
 

@@ -9,11 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import openai
+import pytest
 from conftest import KEY, ServerThread, eventually, keel_config, small_catalog, tenant
 
 from proxy.standin.script import hidden_call
 
 AUTH = {"authorization": f"Bearer {KEY}"}
+LEARNED = "put the stale lighthouse report away for good"  # words that do not rank archive_ticket
+ALIKE = "put the lighthouse report away"
 
 
 def sample(keel: ServerThread, name: str, **labels: str) -> float:
@@ -65,6 +69,37 @@ def test_learning_only_adds_tools(standin: ServerThread, start_keel: Callable[..
             shipped[name] = set(shipped_first(standin, before))
         assert shipped["off"] <= shipped["on"], probe
     assert "archive_ticket" in shipped["on"] and "archive_ticket" not in shipped["off"]
+
+
+@pytest.mark.parametrize("who", ["credential", "end_user"])
+def test_what_one_scope_learns_stays_in_that_scope(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                   who: str) -> None:
+    """Learned phrases are scoped like every stored state (issue 20, finding 7): what caller X's
+    turns taught ships for X's next request worded alike, never for Y's, whether X and Y are two
+    provider keys of a passthrough tenant or two end users of one Keel key; so no caller can
+    read another's words by probing, or push tools into another's requests."""
+    keyed = tenant(standin.url + "/v1", tools={"enabled": True})
+    byo = {"id": "byo", "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"},
+           "tools": {"enabled": True}}
+    keel = start_keel(keel_config(keyed, byo))
+
+    def client(name: str) -> openai.OpenAI:
+        if who == "credential":
+            return openai.OpenAI(base_url=keel.url + "/v1", api_key=f"sk-provider-{name}", max_retries=0,
+                                 default_headers={"x-keel-tenant": "byo"})
+        return openai.OpenAI(base_url=keel.url + "/v1", api_key=KEY, max_retries=0,
+                             default_headers={"x-keel-user": name})
+
+    def first_shipped(caller: openai.OpenAI, text: str) -> list[str]:
+        before = len(standin.app.state.standin.requests)
+        caller.chat.completions.create(model="m", tools=small_catalog(),  # type: ignore[arg-type]
+                                       messages=[{"role": "user", "content": text}])
+        return shipped_first(standin, before)
+
+    x, y = client("x"), client("y")
+    assert "archive_ticket" not in first_shipped(x, LEARNED + " " + hidden_call("archive_ticket", '{"id": "9"}'))
+    assert "archive_ticket" not in first_shipped(y, ALIKE)
+    assert "archive_ticket" in first_shipped(x, ALIKE)
 
 
 def test_learning_can_be_switched_off(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:

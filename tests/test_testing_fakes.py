@@ -65,14 +65,15 @@ def test_fake_ranker_and_gate_decide_what_the_upstream_gets(standin: ServerThrea
 
 def test_faulty_store_on_demand_and_recording_upstream(standin: ServerThread, start_keel: Callable[..., ServerThread],
                                                        tmp_path: Path) -> None:
-    """A store switched to failing sends the client's own body upstream; switched back, Keel plans
-    again. The recording upstream holds the exact bytes each time."""
+    """A store switched to failing: Keel plans the tools afresh, without it (ranked lexically: the
+    fake ranker is not asked); switched back, the ranker's pick ships again. The recording
+    upstream holds the exact bytes each time."""
     config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True}))
     store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), mode="raise")
     upstream = RecordingUpstream(create_upstream(config.server))
     keel = start_keel(config, store=store, upstream=upstream, ranker=FakeRanker(best=["send_email"]))
     assert ask(keel, "ana").status_code == 200
-    assert len(shipped(orjson.loads(upstream.sent[-1].content or b""))) == len(NAMES)  # as the client sent it
+    assert shipped(orjson.loads(upstream.sent[-1].content or b"")) == ["tool_search"]  # nothing ranked lexically
     assert store.calls == 1
     store.mode = "ok"
     assert ask(keel, "ana").status_code == 200

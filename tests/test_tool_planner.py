@@ -248,3 +248,30 @@ def test_own_work_stays_lean(text: str) -> None:
     from proxy.tools.gate import needs_tool_probability
 
     assert needs_tool_probability(0.0, text) < 0.5
+
+
+SIGN_OFFS = ["Thanks, that's all for today!", "That's it for today, bye!", "See you tomorrow!",
+             "ok thanks, talk to you tomorrow", "Good night, thanks for the help today",
+             "Thanks! Catch you later this week", "I'm done for today, thanks", "That's all I needed today, thanks!",
+             "That will be all for now, thank you!", "Have a great weekend, see you Monday!"]
+
+
+@pytest.mark.parametrize("text", SIGN_OFFS)
+def test_sign_offs_ship_no_tools(text: str) -> None:
+    """A sign-off is small talk, whatever time words it carries ("today", "tomorrow", "this week"
+    are acts when asked about, not when said goodbye with): issue 21, finding 10."""
+    from proxy.tools.gate import conversational, needs_tool_probability
+
+    assert conversational(text)
+    assert needs_tool_probability(5.0, text) == 0.0
+
+
+@pytest.mark.parametrize("text", ["Thanks, that's all for today. Please send the summary to Bob tomorrow",
+                                  "that's all for today's standup: what's on my calendar?",
+                                  "I'm done for today, deploy the release branch", "see you tomorrow? book a room"])
+def test_a_sign_off_with_an_ask_still_acts(text: str) -> None:
+    """Taking a sign-off's words out leaves the rest to decide: an ask beside it gets tools."""
+    from proxy.tools.gate import conversational, needs_tool_probability
+
+    assert not conversational(text)
+    assert needs_tool_probability(5.0, text) >= 0.5

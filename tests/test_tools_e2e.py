@@ -307,3 +307,13 @@ def test_mixed_own_call_and_search_streaming(keel_tools: ServerThread, standin: 
     assert [(d.index, d.function.name) for d in deltas if d.function and d.function.name] == [(0, "read_file")]
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["tool_calls"] and len({c.id for c in chunks}) == 1
+
+
+def test_the_demos_sign_off_ships_no_ranked_tools(keel_tools: ServerThread, standin: ServerThread) -> None:
+    """The demo's last message, "Thanks, that's all for today!", shipped 11 of 208 tools (the gate read
+    "today" as a question about now): a sign-off ships nothing ranked (issue 21, finding 10)."""
+    reply = sdk(keel_tools).chat.completions.with_raw_response.create(
+        model="m", tools=catalog(), messages=[{"role": "user", "content": "Thanks, that's all for today!"}])  # type: ignore[arg-type]
+    sent = last_upstream_body(standin)
+    assert all(len(orjson.dumps(t)) < 300 for t in sent["tools"] if t["function"]["name"] != "tool_search")
+    assert reply.headers["x-keel-tools"] == f"{len(sent['tools']) - 1}/{len(catalog())}"

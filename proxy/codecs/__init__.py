@@ -107,18 +107,18 @@ def strip_keel(value: Json) -> Json:
 
 
 def view_body(wire: JsonObject, messages: list[JsonObject], replaced: tuple[str, ...], own: Callable[[Json], bool],
-              to_view: Callable[[JsonObject], JsonObject], choice: str, take: Origins, views: ToolViews) -> View:
+              to_view: Callable[[JsonObject], JsonObject], choice: Callable[[Json], Json], take: Origins,
+              views: ToolViews) -> View:
     """The view of a shape's body: its other fields as sent, `messages` in place of the fields
-    they came from (`replaced`), its tools (`view_tools`), and a tool_choice naming one tool of
-    type `choice` as chat's."""
+    they came from (`replaced`), its tools (`view_tools`), and its tool_choice in chat's forms
+    (`choice`; only the planners read it: the wire keeps the client's)."""
     body: JsonObject = {k: v for k, v in wire.items() if k not in replaced}
     body["messages"] = messages
     tools = wire.get("tools")
     if isinstance(tools, list):
         body.update(view_tools(tools, own, to_view, take, views))
-    named = wire.get("tool_choice")
-    if isinstance(named, dict) and named.get("type") == choice:
-        body["tool_choice"] = {"type": "function", "function": {"name": named.get("name")}}
+    if "tool_choice" in wire:
+        body["tool_choice"] = choice(wire["tool_choice"])
     return View(body, wire, take.origin, tuple(take.keep))
 
 
@@ -135,14 +135,24 @@ def view_tools(tools: list[Json], own: Callable[[Json], bool], to_view: Callable
 
 def render_tools(body: JsonObject, view: View, own: Callable[[Json], bool],
                  to_wire: Callable[[JsonObject], Json]) -> list[Json] | None:
-    """The wire tools for a planned view body: foreign tools first (as sent, less any a planner
-    dropped), then the function tools; None when both are the client's, as sent."""
+    """The wire tools for a planned view body; None when they are the client's, as sent. Function
+    tools that are the client's one for one (a planner changed some in place: a breakpoint, a
+    `defer_loading` removed) each take their own place among the foreign tools, in the client's
+    order; a block of Keel's own comes after the foreign tools (as sent, less any a planner dropped)."""
     dropped = body.get("foreign_tools") is not view.body.get("foreign_tools")
     if body.get("tools") is view.body.get("tools") and not dropped:
         return None
     sent = view.wire.get("tools") or []
     foreign = list(body.get("foreign_tools") or []) if dropped else [t for t in sent if not own(t)]
     mine = [to_wire(t) for t in body.get("tools") or []]
-    if not dropped and [id(t) for t in mine] == [id(t) for t in sent if own(t)]:
+    theirs = [t for t in sent if own(t)]
+    if not dropped and [id(t) for t in mine] == [id(t) for t in theirs]:
         return None  # the same tools, as sent
+    if [_name(t) for t in mine] == [_name(t) for t in theirs]:
+        kept, places = {id(t) for t in foreign}, iter(mine)
+        return [next(places) if own(t) else t for t in sent if own(t) or id(t) in kept]
     return [*foreign, *mine]
+
+
+def _name(tool: Json) -> Json:
+    return tool.get("name") if isinstance(tool, dict) else None

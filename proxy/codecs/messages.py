@@ -8,7 +8,7 @@
                                         (text, thinking, tool_use kept as sent) and `tool_calls`
                                         for the tool_use blocks
     a `system` entry inside messages -> a system message where it stands (Claude Code sends them)
-    tools: {name, description, input_schema} -> function tools; server tools ride along, first
+    tools: {name, description, input_schema} -> function tools; server tools ride along (`render_tools`)
 
 Rendering walks the view: the leading marked system messages become `system`; consecutive
 user-side messages (tool results, user content) become one user message, and a run that is
@@ -91,6 +91,17 @@ def _is_custom(tool: Json) -> bool:
     return isinstance(tool, dict) and isinstance(tool.get("name"), str) and tool.get("type") in (None, "custom")
 
 
+def tool_choice(choice: Json) -> Json:
+    """Messages' tool_choice in chat's forms: `tool` a named function, `any` "required", `auto` and
+    `none` themselves."""
+    if not isinstance(choice, dict):
+        return choice
+    kind = choice.get("type")
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return "required" if kind == "any" else kind if kind in ("auto", "none") else choice
+
+
 class MessagesCodec:
     shape = "messages"
     stream_end = re.compile(rb"(?:^|[\r\n])event: ?message_stop\b|\"type\": ?\"message_stop\"")
@@ -122,7 +133,7 @@ class MessagesCodec:
                 messages += _user(message, group, take)
             else:
                 messages.append(take.take({**message, KEEL: f"g{group}"}, message))
-        return view_body(wire, messages, ("messages", "system", "tools"), _is_custom, function_tool, "tool", take,
+        return view_body(wire, messages, ("messages", "system", "tools"), _is_custom, function_tool, tool_choice, take,
                          self._tools)
 
     def render(self, body: JsonObject, view: View) -> JsonObject:

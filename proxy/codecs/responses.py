@@ -9,7 +9,9 @@
     function_call_output (and custom)    -> a role `tool` message
     anything else (reasoning, web_search_call, item_reference, ...) -> role `item`, kept as sent
     tools: flat function tools           -> {"type": "function", "function": {...}}; hosted and
-                                            custom tools ride along, first, as sent
+                                            custom tools ride along as sent (`render_tools`)
+A message item a planner changes (the date added to a developer message) keeps its own fields
+(`id`, `status`) and key order; only its content is new.
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ def _answer(items: list[JsonObject], take: Origins) -> JsonObject:
 def _message(item: JsonObject, take: Origins) -> JsonObject:
     kind = item.get("type", "message")
     if kind == "message" and isinstance(item.get("role"), str):
-        return take.take({"role": item["role"], "content": _content(item.get("content"), take)}, item)
+        message = {"role": item["role"], "content": _content(item.get("content"), take)}
+        if set(item) - {"type", "role", "content"}:  # an `id`, a `status`: kept when a planner changes the content
+            message[KEEL] = {k: None if k == "content" else v for k, v in item.items()}
+        return take.take(message, item)
     if kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         text = output if isinstance(output, str) else message_text({"content": _content(output, Origins())})
@@ -99,6 +104,21 @@ def function_tool(tool: JsonObject) -> JsonObject:
     client's own object rides along (`_keel`), so it is rendered as sent in later requests too."""
     function = {k: v for k, v in tool.items() if k != "type"}
     return {"type": "function", "function": function, KEEL: tool}
+
+
+def tool_choice(choice: Json) -> Json:
+    """Responses' tool_choice in chat's forms: a named function, allowed tools ("none", "auto" and
+    "required" are chat's own; hosted tools' choices name no function)."""
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if choice.get("type") == "allowed_tools":
+        tools = choice.get("tools")
+        named = [{"type": "function", "function": {"name": t.get("name")}}
+                 for t in (tools if isinstance(tools, list) else []) if isinstance(t, dict) and t.get("type") == "function"]
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode"), "tools": named}}
+    return choice
 
 
 class ResponsesCodec:
@@ -128,7 +148,7 @@ class ResponsesCodec:
             messages.append(take.take({"role": "user", "content": given}, given))
         elif isinstance(given, list):
             messages += item_messages(given, take)
-        return view_body(wire, messages, ("input", "instructions", "tools"), _is_function, function_tool, "function",
+        return view_body(wire, messages, ("input", "instructions", "tools"), _is_function, function_tool, tool_choice,
                          take, self._tools)
 
     def render(self, body: JsonObject, view: View) -> JsonObject:
@@ -168,7 +188,11 @@ class ResponsesCodec:
         if content not in (None, "", []):
             kind = "output_text" if role == "assistant" else "input_text"
             parts = content if isinstance(content, str) else [self._part(p, view, kind) for p in content]
-            out.append({"type": "message", "role": role, "content": parts})
+            source = message.get(KEEL)
+            if isinstance(source, dict):  # the client's item, its own fields and key order, with the new content
+                out.append({k: parts if k == "content" else role if k == "role" else v for k, v in source.items()})
+            else:
+                out.append({"type": "message", "role": role, "content": parts})
         for call in message.get("tool_calls") or []:
             original = view.original(call)
             if original is not None:

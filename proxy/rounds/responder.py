@@ -31,7 +31,7 @@ from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_us
 from proxy.rounds.chat import ChatJson, ChatStream
 from proxy.rounds.loop import Loop
 from proxy.sse import EventParser, EventTooLargeError
-from proxy.tools.learned import LearnedPhrases
+from proxy.tools.learned import LearnedPhrases, scope_of
 from proxy.tools.planner import ToolPlan
 from proxy.tools.ranking import Ranker
 from proxy.turn import Accounting, Exchange, Outcome, Turn, encode
@@ -66,10 +66,11 @@ class ToolSearchResponder:
             hit = name in self.plan.surfaced
             self.metrics.tool_first_shot.labels(request.tenant.id, "hit" if hit else "miss").inc()
             if not hit and name in loop.found and self.learned is not None and request.tenant.tools.select.learn:
+                scope = scope_of(request.tenant.id, request.owner)
                 try:  # the user's words, and the words the model searched with
-                    await self.learned.learn(request.tenant.id, name, newest_user_text(request.messages))
+                    await self.learned.learn(scope, name, newest_user_text(request.messages))
                     if loop.queries.get(name):
-                        await self.learned.learn(request.tenant.id, name, loop.queries[name])
+                        await self.learned.learn(scope, name, loop.queries[name])
                 except Exception as exc:  # bookkeeping: the next turn ranks without this lesson
                     log.warning("tool_phrase_not_learned", extra={"tenant": request.tenant.id, "error": repr(exc)})
 

@@ -22,6 +22,7 @@ from proxy import jsontext
 from proxy.jsontext import Json, JsonObject
 from proxy.tokens import TokenCounter
 from proxy.tools.lexical import LexicalIndex, term_frequencies
+from proxy.tools.text import split_identifier, stem
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Catalog:
     _name_pattern: re.Pattern[str] | None = None
     tokens: dict[str, int] = field(default_factory=dict)  # filled in the background
     _memo: dict[tuple[Json, ...], frozenset[str]] = field(default_factory=dict, repr=False)
+    _by_words: dict[str, list[tuple[tuple[str, ...], str]]] | None = field(default=None, repr=False)
 
     def matching(self, globs: tuple[str, ...]) -> frozenset[str]:
         """Names matching any of these globs (`defer.always`), computed once per catalog."""
@@ -85,6 +87,38 @@ class Catalog:
                 if len(found) >= cap:
                     break
         return found
+
+    def named_by_words(self, text: str, cap: int) -> list[str]:
+        """Tools whose name the text says in words ("backlinks summary", "BacklinksSummary" name
+        `backlinks_summary`): every word of the name (less a `server__` prefix; two or more words),
+        in order, whole, stemmed ("summaries" too); where one name's words lie inside another's
+        ("create branch" in "create branch protection rule") the longer wins. In text order, at
+        most `cap`."""
+        words = [stem(w) for w in split_identifier(text)]
+        index = self._word_index()
+        spans = [(start, start + len(named), name) for start, word in enumerate(words)
+                 for named, name in index.get(word, ()) if tuple(words[start:start + len(named)]) == named]
+        taken: list[tuple[int, int, str]] = []
+        for start, end, name in sorted(spans, key=lambda s: (s[0] - s[1], s[0])):  # longest first
+            if not any(start >= a and end <= b and (a, b) != (start, end) for a, b, _ in taken):
+                taken.append((start, end, name))
+        found: list[str] = []
+        for _, _, name in sorted(taken):
+            if name not in found:
+                found.append(name)
+        return found[:cap]
+
+    def _word_index(self) -> dict[str, list[tuple[tuple[str, ...], str]]]:
+        """First word → (the name's words, the name), for names of two or more words (built once)."""
+        if self._by_words is None:
+            index: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+            for name in self.by_name:
+                bare = name.partition("__")[2] or name
+                named = tuple(stem(w) for w in split_identifier(bare))
+                if len(named) >= 2:
+                    index.setdefault(named[0], []).append((named, name))
+            self._by_words = index
+        return self._by_words
 
     def entries_for(self, names: Iterable[str]) -> list[ToolEntry]:
         return [self.entries[self.by_name[n]] for n in names if n in self.by_name]

@@ -71,6 +71,25 @@ _SMALL_TALK = re.compile(
     r"धन्यवाद|शुक्रिया|नमस्ते)",
     re.IGNORECASE,
 )
+# Goodbyes: "that's all for today", "see you tomorrow", "I'm done for the day", "have a great
+# weekend", "thanks for the help today". Their time words say when the user leaves, not what they
+# ask about; a message that is nothing but these and small talk is small talk (`conversational`).
+_WHEN = (r"(?:now|today|tonight|for (?:now|today|tonight|the (?:day|night|week|weekend|moment))|the day|this "
+         r"(?:morning|afternoon|evening|week|weekend)|tomorrow|later|soon|next (?:time|week|month)|"
+         r"on (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|monday|tuesday|wednesday|thursday|"
+         r"friday|saturday|sunday)")
+_SIGN_OFF = re.compile(
+    r"\b(?:(?:that(?:'s| is|'ll be| will be| was)|this is) (?:all|it|everything)(?: (?:i|we) (?:need(?:ed)?|wanted))?|"
+    r"(?:i'?m|i am|we'?re|we are) (?:done|finished|all set|off|signing off|logging off)|"
+    r"(?:that'?s |that is )?enough|signing off|logging off|"
+    r"(?:see|talk to|speak to|catch|chat with) you|(?:talk|speak|chat) (?:to you )?(?=later|soon|tomorrow)|"
+    r"(?:have|enjoy) (?:a |the )?(?:good|great|nice|lovely|wonderful|relaxing) (?:day|evening|night|weekend|week|"
+    r"one|rest of (?:the|your) (?:day|week|evening))|good ?night|"
+    r"(?:thanks?|thank you)(?: (?:so|very) much)? for (?:all )?(?:the|your) (?:help|time|work|support))"
+    rf"(?:,? (?:{_WHEN}|(?:all )?(?:for )?(?:{_WHEN})))*(?![\w'’])",
+    re.IGNORECASE,
+)
+
 # A request to act, in any language: a path, a URL, a repository, ticket, issue, channel or object
 # id, a place to look near. Such a turn always gets the ranked tools, whatever else it says.
 _ACT_SIGNAL = re.compile(
@@ -121,11 +140,15 @@ _OWN_WORK = re.compile(
 
 @lru_cache(maxsize=TEXT_CACHE)
 def conversational(text: str) -> bool:
-    """Thanks, greetings, acknowledgements ("thanks, that fixed it!", "danke!", "谢谢"): turns
-    that need no tool whatever they share in words, unless they also ask something or name
-    something to act on."""
+    """Thanks, greetings, acknowledgements, goodbyes ("thanks, that fixed it!", "danke!", "谢谢",
+    "that's all for today!"): turns that need no tool whatever they share in words, unless they
+    also ask something or name something to act on."""
     if not text.strip() or _CONVERSATIONAL.match(text):
         return True
+    rest = _SIGN_OFF.sub(" ", text)
+    if rest != text:  # a goodbye: what else the message says decides
+        rest = re.sub(r"^[\W_]+", "", rest)
+        return "?" not in text and (not rest or conversational(rest))
     match = _SMALL_TALK.match(text)
     if not match or acts(text) or "?" in text or "？" in text:
         return False

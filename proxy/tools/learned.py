@@ -1,17 +1,20 @@
-"""What a tenant's traffic teaches the ranker: the words of turns whose tool Keel did not ship.
+"""What a caller's traffic teaches the ranker: the words of turns whose tool Keel did not ship.
 
 When the model calls a tool Keel had deferred (found by Keel's `tool_search`), the turn's
-words are remembered for that tool, per tenant and per tool name, bounded (a few phrases per
-tool, the newest kept). A later request worded like such a phrase *recalls* the tool: it ships
-beside the ranker's picks, never instead of one (learning only adds; an extra tool costs a few
-hundred tokens, a displaced one a failed task). A request sharing most of its words (at least
+words are remembered for that tool, per scope and per tool name, bounded (a few phrases per
+tool, the newest kept). A scope is what every other stored state is kept by: the tenant, the
+caller's credential and its end user (`Turn.owner`), so one caller's words never decide what
+ships for another, and no caller can push tools into another's requests. A later request of
+the scope worded like such a phrase *recalls* the tool: it ships beside the ranker's picks,
+never instead of one (learning only adds; an extra tool costs a few hundred tokens, a displaced
+one a failed task). A request sharing most of its words (at least
 two) with a phrase also counts as a request to act, whatever the needs-tool gate made of it.
 Phrases live in the store (shared by replicas, kept across restarts) and are read once per
-tenant and catalog per minute, never per request. What a tenant's clients can make Keel keep is
-bounded: names no provider accepts (over `MAX_NAME` characters) are not learned, a tool's phrases
-expire `ttl` after it was last learned, and past `TOOLS_PER_TENANT` tools the least recently
+scope and catalog per minute, never per request. What a caller can make Keel keep is bounded:
+names no provider accepts (over `MAX_NAME` characters) are not learned, a tool's phrases
+expire `ttl` after it was last learned, and past `TOOLS_PER_SCOPE` tools the least recently
 learned go (both at the next reading of the phrases); the per-process index cache keeps
-`INDEXES_KEPT` (tenant, catalog) pairs.
+`INDEXES_KEPT` (scope, catalog) pairs.
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ from proxy.tools.lexical import LexicalIndex, term_frequencies
 from proxy.tools.text import terms
 
 PHRASES_PER_TOOL = 8  # the newest phrases kept per tool
-TOOLS_PER_TENANT = 2000  # learned tools kept per tenant (the least recently learned go first)
+TOOLS_PER_SCOPE = 2000  # learned tools kept per scope (the least recently learned go first)
 RECALLED = 3  # at most this many tools recalled per request
 SHARED_TERMS = 2  # a phrase recalls its tool when it shares at least this many terms with the request
 REFRESH_SECONDS = 60.0
 MAX_NAME = 256  # longer tool names are not learned (providers accept 64 to 128 characters)
-INDEXES_KEPT = 256  # (tenant, catalog) indexes cached per process
+INDEXES_KEPT = 1024  # (scope, catalog) indexes cached per process
 log = logging.getLogger("keel.tools")
 
 
@@ -48,6 +51,11 @@ def _entry(raw: bytes) -> tuple[float | None, list[str]]:
         return (float(at) if isinstance(at, (int, float)) else None), [p for p in data.get("phrases") or []
                                                                         if isinstance(p, str)]
     return None, [p for p in data if isinstance(p, str)] if isinstance(data, list) else []
+
+
+def scope_of(tenant: str, owner: str) -> str:
+    """Whose lessons these are: the tenant and `Turn.owner` (a digest of credential and end user)."""
+    return f"{tenant}:{owner}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,24 +73,24 @@ class LearnedPhrases:
         self._pruning: set[asyncio.Task[None]] = set()
 
     @staticmethod
-    def _key(tenant: str) -> str:
-        return key(f"learned:{tenant}", "phrases")
+    def _key(scope: str) -> str:
+        return key(f"learned:{scope}", "phrases")
 
-    async def learn(self, tenant: str, tool: str, phrase: str) -> None:
-        """Remember `phrase` (the turn's words) for `tool` in this tenant."""
+    async def learn(self, scope: str, tool: str, phrase: str) -> None:
+        """Remember `phrase` (the turn's words) for `tool` in this scope (`scope_of`)."""
         phrase = " ".join(phrase.split())[:500]
         if not phrase or len(tool) > MAX_NAME:
             return
-        raw = await self.store.hget(self._key(tenant), tool)
+        raw = await self.store.hget(self._key(scope), tool)
         _, phrases = _entry(raw) if raw else (None, [])
         phrases = [*(p for p in phrases if p != phrase), phrase][-PHRASES_PER_TOOL:]
-        await self.store.hset(self._key(tenant), tool, orjson.dumps({"at": time.time(), "phrases": phrases}))
-        for cached in [k for k in self._indexes if k[0] == tenant]:
+        await self.store.hset(self._key(scope), tool, orjson.dumps({"at": time.time(), "phrases": phrases}))
+        for cached in [k for k in self._indexes if k[0] == scope]:
             del self._indexes[cached]  # seen on the next ranking in this process; other replicas within a minute
 
-    async def recall(self, tenant: str, catalog: Catalog, query: str, candidates: Sequence[int]) -> Recall:
+    async def recall(self, scope: str, catalog: Catalog, query: str, candidates: Sequence[int]) -> Recall:
         """The tools whose learned phrases this request is worded like, to ship beside the ranker's."""
-        index = await self._index(tenant, catalog)
+        index = await self._index(scope, catalog)
         if index is None:
             return Recall((), False)
         names, lexical, words = index
@@ -100,31 +108,31 @@ class LearnedPhrases:
                     for phrases in words for phrase in phrases)
         return Recall(tuple(position for _, position in matched[:RECALLED]), alike)
 
-    async def _index(self, tenant: str, catalog: Catalog) -> tuple[list[str], LexicalIndex, list[list[set[str]]]] | None:
-        cached = self._indexes.get((tenant, catalog.key))
+    async def _index(self, scope: str, catalog: Catalog) -> tuple[list[str], LexicalIndex, list[list[set[str]]]] | None:
+        cached = self._indexes.get((scope, catalog.key))
         if cached is not None and time.monotonic() - cached[0] < REFRESH_SECONDS:
             return (cached[1], cached[2], cached[3]) if cached[2] is not None else None
         try:
-            raw = await self.store.hgetall(self._key(tenant))
+            raw = await self.store.hgetall(self._key(scope))
         except StoreError:
             return None
         entries = {name: _entry(value) for name, value in raw.items()}
         now = time.time()
         live = {name: e for name, e in entries.items() if e[0] is None or now - e[0] < self.ttl}
-        kept = set(sorted(live, key=lambda name: -(live[name][0] or 0.0))[:TOOLS_PER_TENANT])  # the newest learned
-        self._prune(tenant, [name for name in entries if name not in kept])
+        kept = set(sorted(live, key=lambda name: -(live[name][0] or 0.0))[:TOOLS_PER_SCOPE])  # the newest learned
+        self._prune(scope, [name for name in entries if name not in kept])
         names = sorted(name for name in kept if name in catalog.by_name)
         phrases = {name: live[name][1] for name in names}
         docs = [term_frequencies("", " ".join(phrases[name]), "") for name in names]
         words = [[set(terms(p)) for p in phrases[name]] for name in names]  # per tool, like the index's docs
         lexical = LexicalIndex(docs) if docs else None
-        self._indexes[(tenant, catalog.key)] = (time.monotonic(), names, lexical, words)
-        self._indexes.move_to_end((tenant, catalog.key))
+        self._indexes[(scope, catalog.key)] = (time.monotonic(), names, lexical, words)
+        self._indexes.move_to_end((scope, catalog.key))
         while len(self._indexes) > INDEXES_KEPT:
             self._indexes.popitem(last=False)
         return (names, lexical, words) if lexical is not None else None
 
-    def _prune(self, tenant: str, names: list[str]) -> None:
+    def _prune(self, scope: str, names: list[str]) -> None:
         """Remove expired and least recently learned tools from the store, off the request path."""
         if not names:
             return
@@ -132,9 +140,10 @@ class LearnedPhrases:
         async def prune() -> None:
             try:
                 for name in names:
-                    await self.store.hdel(self._key(tenant), name)
+                    await self.store.hdel(self._key(scope), name)
             except Exception as exc:  # bookkeeping: the next reading tries again
-                log.warning("learned_phrases_not_pruned", extra={"tenant": tenant, "error": repr(exc)})
+                log.warning("learned_phrases_not_pruned", extra={"tenant": scope.rsplit(":", 1)[0],
+                                                                 "error": repr(exc)})
 
         task = asyncio.get_running_loop().create_task(prune())
         self._pruning.add(task)

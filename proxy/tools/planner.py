@@ -1,11 +1,14 @@
 """The tool planner: defer the catalog, surface what the turn needs, add `tool_search`.
 
 Always surfaced: tools named in the newest user message, `always` tools, tools used or
-found earlier in the conversation, the tool named by `tool_choice`, and tools whose schema
-is cheaper than a search. The rest are ranked; a needs-tool gate keeps a thanks-you from
-surfacing anything. Every tool stays reachable: what is not surfaced is named in
+found earlier in the conversation, the tools `tool_choice` forces or allows, and tools whose
+schema is cheaper than a search. The rest are ranked; a needs-tool gate keeps a thanks-you from
+surfacing anything, unless the client requires a tool call (`tools/choice.py`). Every tool stays reachable: what is not surfaced is named in
 `tool_search`'s description (invariant 3). A ranking that fails or times out leaves only the
-always-surfaced tools, never a failed turn.
+always-surfaced tools, never a failed turn. Selection needs no store: when stored state cannot
+be read (the store down or slow, this stage failed or overran), `afresh` ranks the turn per turn
+and lexically from the request alone, so a store fault costs the block's stability, never a
+request forty times larger than the one Keel would have sent.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from proxy.messages import called_in_order, called_tools, newest_user_text
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
-from proxy.tools.deferral import client_deferral
-from proxy.tools.learned import LearnedPhrases
+from proxy.tools.choice import read_choice
+from proxy.tools.deferral import client_deferral, client_searches
+from proxy.tools.learned import LearnedPhrases, scope_of
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
-from proxy.tools.stability import BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
+from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
 from proxy.turn import Responder, Turn
 
 log = logging.getLogger("keel.tools")
@@ -43,6 +47,7 @@ NEEDS_TOOL_THRESHOLD = 0.5  # P(the turn needs a tool) below this: only pinned a
 LOW_CONFIDENCE_BELOW = 0.25  # a ranking whose confidence (1 - score[shortlist]/score[0]) is below this, or
 LOW_CONFIDENCE_EXTRA = 3  # unmeasurable, ships this many more tools than the shortlist
 CUT_AT_DROP = 0.2  # ship only the tools before the largest relative score drop when it is at least this (0: off)
+LEXICAL = LexicalRanker()  # what `afresh` ranks with: in process, nothing to wait for
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,18 @@ class ToolPlan:
     outcome: str  # ranked | ranking_fallback (lexical, the backend failed) | no_tool_needed | not_ranked | segment
     dispatch: bool = False  # later tools are called through call_tool; the block never changes
     shown: frozenset[str] = frozenset()  # outside the block, tools whose schema the model has seen this segment
+
+
+def required_call(ranking: Ranking, candidates: Sequence[int], shortlist: int) -> Ranking:
+    """A ranking for a turn whose client requires a tool call: the gate's "no tool" does not hold,
+    and a ranking that found fewer than `shortlist` tools is filled in the client's own order (no
+    evidence: the client's order is the best prior), so the model has client tools to call, not
+    only Keel's tool_search."""
+    order = list(ranking.order)
+    floor = ranking.scores[-1] if ranking.scores else 1.0
+    filled = [i for i in candidates if i not in set(order)][: max(0, shortlist - len(order))]
+    return replace(ranking, order=(*order, *filled), scores=(*ranking.scores, *(floor for _ in filled)),
+                   needs_tool=max(ranking.needs_tool, NEEDS_TOOL_THRESHOLD))
 
 
 def tools_update(entries: Sequence[ToolEntry]) -> str:
@@ -114,8 +131,19 @@ class ToolPlanner:
         return request.tenant.tools.enabled
 
     async def plan(self, request: Turn) -> Turn:
+        return await self._plan(request, stored=True)
+
+    async def afresh(self, request: Turn) -> Turn:
+        """The turn planned without stored state (`pipeline.PlansAfresh`): no store call, per turn,
+        ranked lexically (no backend to wait for); hidden exchanges the location already read are
+        still spliced back."""
+        return await self._plan(request, stored=False)
+
+    async def _plan(self, request: Turn, stored: bool) -> Turn:
         cfg = request.tenant.tools
         if request.codec.shape not in self.shapes:  # no responder answers tool_search in this shape yet
+            return request
+        if client_searches(request.body):  # the client finds its own deferred tools: its tools go as sent
             return request
         deferral = client_deferral(request.body)
         if deferral is not None:  # the client deferred tools itself
@@ -129,12 +157,13 @@ class ToolPlanner:
         too_few = isinstance(tools, list) and len(tools) < cfg.defer.min_tools and deferral is None
         if not cfg.defer.enabled or not isinstance(tools, list) or too_few:
             return request
-        request = await self._continue_stored(request)
+        if stored:
+            request = await self._continue_stored(request)
         catalog = await self.catalogs.get_async(tools)
         if catalog is None or SEARCH_TOOL in catalog.by_name:
             return request  # not function tools, or the client has its own tool_search: leave them alone
         records = request.location.records if request.location else ()
-        policy = policy_for(request)
+        policy = policy_for(request) if stored else PER_TURN
         messages = splice(request.messages, records, catalog.key)
         query = newest_user_text(messages)
         pinned = self._pinned(request, catalog, query, messages, found_tools(records))
@@ -142,13 +171,13 @@ class ToolPlanner:
             pinned |= {e.name for e in catalog.entries if e.name not in deferral.deferred}
         if policy.dispatch:
             messages = generic_calls(messages, records)
-        return await policy.plan(self, TurnTools(request, catalog, messages, query, frozenset(pinned)))
+        return await policy.plan(self, TurnTools(request, catalog, messages, query, frozenset(pinned), stored))
 
     # The work the stability policies ask for (proxy.tools.stability.Planning).
 
     async def fresh(self, turn: TurnTools, policy: BlockPolicy, keep_empty: bool = False) -> Choice | None:
         request, catalog = turn.request, turn.catalog
-        surfaced, deferred, outcome = await self._select(request, catalog, turn.query, set(turn.pinned))
+        surfaced, deferred, outcome = await self._select(request, catalog, turn.query, set(turn.pinned), turn.stored)
         self._count(request, catalog, surfaced, deferred)
         if not deferred and not keep_empty:
             return None
@@ -200,19 +229,23 @@ class ToolPlanner:
         planned = request.with_body(body, responder=self.responder_for(plan, self.ranker(request.tenant)))
         return planned.with_headers(**{"x-keel-tools": f"{len(choice.surfaced)}/{len(catalog.entries)}"})
 
-    async def _select(self, request: Turn, catalog: Catalog, query: str,
-                      pinned: set[str]) -> tuple[list[str], list[str], str]:
+    async def _select(self, request: Turn, catalog: Catalog, query: str, pinned: set[str],
+                      stored: bool = True) -> tuple[list[str], list[str], str]:
         from proxy.tools.text import clauses
 
         select = request.tenant.tools.select
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
-        ranking, outcome = await self._rank(request, catalog, query, candidates)
+        ranker = self.ranker(request.tenant) if stored else LEXICAL
+        ranking, outcome = await self._rank(request, catalog, query, candidates, ranker)
         recalled: tuple[int, ...] = ()
-        if ranking is not None and self.learned is not None and select.learn:
-            recall = await self.learned.recall(request.tenant.id, catalog, query, candidates)
+        if ranking is not None and self.learned is not None and select.learn and stored:
+            recall = await self.learned.recall(scope_of(request.tenant.id, request.owner), catalog, query, candidates)
             recalled = recall.tools
             if recall.alike and ranking.needs_tool < NEEDS_TOOL_THRESHOLD:
                 ranking = replace(ranking, needs_tool=NEEDS_TOOL_THRESHOLD)
+        choice = read_choice(request.body.get("tool_choice"))
+        if ranking is not None and choice.required and not choice.named:
+            ranking = required_call(ranking, candidates, select.shortlist)
         selected: list[str] = []
         if ranking is not None:
             withheld = ranking.needs_tool < NEEDS_TOOL_THRESHOLD
@@ -226,7 +259,7 @@ class ToolPlanner:
             selected += [catalog.entries[i].name for i in recalled if catalog.entries[i].name not in selected]
             steps = clauses(query)
             if len(steps) > 1:  # a multi-step ask: every step's best tools, not only the whole's
-                selected += await self._steps(request, catalog, steps, candidates, selected)
+                selected += await self._steps(request, catalog, steps, candidates, selected, ranker)
         elif ranking is not None and not ranking.fallback:
             outcome = "no_tool_needed"
         surfaced = sorted(pinned | set(selected))
@@ -234,12 +267,12 @@ class ToolPlanner:
         return surfaced, deferred, outcome
 
     async def _steps(self, request: Turn, catalog: Catalog, steps: Sequence[str], candidates: list[int],
-                     selected: Sequence[str]) -> list[str]:
+                     selected: Sequence[str], ranker: Ranker) -> list[str]:
         """The best few tools of each step ranked on its own (at most 6 steps, 3 tools each), so
         a shortlist the whole ask clusters on one step still ships the others'."""
         added: list[str] = []
         for step in steps[:6]:
-            ranking, _ = await self._rank(request, catalog, step, candidates)
+            ranking, _ = await self._rank(request, catalog, step, candidates, ranker)
             if ranking is None:
                 continue
             width = standing_out(ranking.scores, 3, CUT_AT_DROP)
@@ -383,11 +416,7 @@ class ToolPlanner:
         pinned = set(catalog.names_in(query, cfg.select.shortlist))
         pinned |= catalog.matching(cfg.defer.always)
         pinned |= (called_tools(messages) | set(found)) & catalog.by_name.keys()
-        choice = request.body.get("tool_choice")
-        if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-            name = choice["function"].get("name")
-            if name in catalog.by_name:
-                pinned.add(name)
+        pinned |= read_choice(request.body.get("tool_choice")).named & catalog.by_name.keys()
         pinned |= catalog.smaller_than(cfg.defer.schema_chars)
         return pinned
 
@@ -403,14 +432,14 @@ class ToolPlanner:
 
         return GuardedRanker(inner, tenant.tools.select.timeout_ms / 1000, failed)
 
-    async def _rank(self, request: Turn, catalog: Catalog, query: str,
-                    candidates: list[int]) -> tuple[Ranking | None, str]:
+    async def _rank(self, request: Turn, catalog: Catalog, query: str, candidates: list[int],
+                    ranker: Ranker) -> tuple[Ranking | None, str]:
         select = request.tenant.tools.select
         if not select.enabled or not candidates:
             return None, "not_ranked"
         started = time.perf_counter()
         try:
-            ranking = await self.ranker(request.tenant).rank(query, catalog, candidates, select.shortlist)
+            ranking = await ranker.rank(query, catalog, candidates, select.shortlist)
         finally:
             self.metrics.judgment_seconds.labels(request.tenant.id, "tool_ranking").observe(
                 time.perf_counter() - started)

@@ -142,13 +142,18 @@ class SearchResult:
 
 async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str], max_results: int,
                         ranker: Ranker, dispatch: bool = False, shown: Collection[str] = ()) -> SearchResult:
-    """Exact names first, then names in the query, then the ranker's best matches, from the deferred tools.
+    """Exact names first, then tools the query names (by name, or by their words in order:
+    "backlinks summary" names `backlinks_summary`), then the ranker's best matches, from the
+    deferred tools.
 
-    An answer weighs what the model needs against what it costs: the tools it asked for by name,
-    else the best match, are found (loaded into the tool list for the next call; under dispatch,
-    called through `call_tool`, their schemas shown in the answer, once per segment: `shown` are
-    those the model has seen); the other matches are briefs (name, description, required parameter
-    names), one search by name away (a round trip when the model wanted one of them)."""
+    An answer weighs what the model needs against what it costs: the tools it asked for by name
+    (in `names`, or in the query), else the tools the query says in words with the best match
+    beside them (words can name a shorter tool than the one meant: "git diff of my staged
+    changes" says `git_diff`, means `git_diff_staged`), else the best match, are found (loaded
+    into the tool list for the next call; under dispatch, called through `call_tool`, their
+    schemas shown in the answer, once per segment: `shown` are those the model has seen); the
+    other matches are briefs (name, description, required parameter names), one search by name
+    away (a round trip when the model wanted one of them)."""
     try:
         args = orjson.loads(arguments or "{}")
     except orjson.JSONDecodeError:
@@ -165,10 +170,14 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
         chosen += [m for m in matches if m not in chosen]
     asked = chosen[:max_results]
     chosen = list(asked)
+    worded: list[str] = []  # tools the query names in words: loaded beside the best match, never instead
     if len(chosen) < max_results and query:
         candidates = [catalog.by_name[n] for n in deferred if n in catalog.by_name]
-        named = [n for n in catalog.names_in(query, max_results) if n in allowed and n not in chosen]
-        chosen += named[: max_results - len(chosen)]
+        exact = catalog.names_in(query, max_results)
+        for name in (*exact, *catalog.named_by_words(query, max_results)):
+            if name in allowed and name not in chosen and len(chosen) < max_results:
+                (asked if name in exact else worded).append(name)
+                chosen.append(name)
         ranking = await ranker.rank(query, catalog, candidates, max_results)
         for index in ranking.order:
             name = catalog.entries[index].name
@@ -177,7 +186,9 @@ async def answer_search(arguments: str, catalog: Catalog, deferred: Sequence[str
             if name not in chosen:
                 chosen.append(name)
     entries: list[ToolEntry] = catalog.entries_for(chosen)
-    found = [e.name for e in entries if e.name in asked] or [e.name for e in entries[:1]]
+    best = [e.name for e in entries if e.name not in worded][:1]
+    found = [e.name for e in entries if e.name in asked] or [e.name for e in entries if e.name in worded or
+                                                             e.name in best]
     rest = [e.name for e in entries if e.name not in found]
     if dispatch:
         note = f"Call {', '.join(found)} through {CALL_TOOL} with its name and arguments." if found else ""

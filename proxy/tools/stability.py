@@ -55,6 +55,7 @@ class TurnTools:
     messages: list[JsonObject]  # the client's, with hidden exchanges spliced back
     query: str  # the newest user message's text
     pinned: frozenset[str] = field(default_factory=frozenset)
+    stored: bool = True  # False: planned without stored state (`ToolPlanner.afresh`): no store call
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ class Auto(Dispatch):
         return await planner.rechoose(turn, fresh, self)
 
 
-_POLICIES: dict[str, BlockPolicy] = {"per_turn": PerTurn(), "segment": Segment(), "dispatch": Dispatch(),
+PER_TURN = PerTurn()
+_POLICIES: dict[str, BlockPolicy] = {"per_turn": PER_TURN, "segment": Segment(), "dispatch": Dispatch(),
                                      "auto": Auto()}
 
 
