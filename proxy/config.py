@@ -242,7 +242,7 @@ class ToolsConfig(_Model):
     select: SelectConfig = SelectConfig()
     search: SearchConfig = SearchConfig()
     stability: Literal["per_turn", "segment", "dispatch", "auto"] = Field(
-        "per_turn", description="per_turn: chosen fresh each turn; segment: the block chosen at the segment's "
+        "auto", description="per_turn: chosen fresh each turn; segment: the block chosen at the segment's "
         "start stays, tools needed later are appended once; dispatch: the block never changes, later tools are "
         "called through call_tool; auto: dispatch, re-choosing the block when a fresh one is expected to cost "
         "less than reading the cached one (cache.read_price)")

@@ -30,7 +30,7 @@ ADMIN_DIGEST = hashlib.sha256(ADMIN.encode()).hexdigest()
 AUTH = {"authorization": f"Bearer {KEY}"}
 ADMIN_AUTH = {"authorization": f"Bearer {ADMIN}"}
 EVERYTHING: dict[str, Any] = {
-    "tools": {"enabled": True},
+    "tools": {"enabled": True, "stability": "per_turn"},
     "context": {"stable": True},
     "cache": {"prompt_cache_key": "auto", "breakpoints": "auto"},
 }
@@ -158,7 +158,8 @@ def found_by_search(
 def learning(stand: ServerThread, start_keel: Callable[..., ServerThread], tmp_path: Path) -> tuple[ServerThread, Path, ServerThread]:
     """Keel with lean tools on a SQLite file (read back by the test), the stand-in behind it."""
     db = tmp_path / "keel.db"
-    return start_keel(keel_config(tenant(stand.url + "/v1", tools={"enabled": True}), store={"url": f"sqlite:///{db}"})), db, stand
+    tools = {"enabled": True, "stability": "per_turn"}
+    return start_keel(keel_config(tenant(stand.url + "/v1", tools=tools), store={"url": f"sqlite:///{db}"})), db, stand
 
 
 def test_learned_tools_per_tenant_are_bounded(learning: tuple[ServerThread, Path, ServerThread], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,7 +352,7 @@ def test_inspector_escapes_what_clients_chose(keel_on: ServerThread) -> None:
 # streams, wrong types), Keel answers the upstream's reply or the shape's own error: never a 5xx of its own.
 
 FUZZ_ON: dict[str, Any] = {
-    "tools": {"enabled": True, "defer": {"min_tools": 2}},
+    "tools": {"enabled": True, "stability": "per_turn", "defer": {"min_tools": 2}},
     "context": {"stable": True},
     "cache": {"prompt_cache_key": "auto", "breakpoints": "auto"},
 }

@@ -41,7 +41,7 @@ def test_a_tool_found_by_search_ships_first_shot_next_time(standin: ServerThread
     """First: the request's words do not rank `archive_ticket`, the model searches (with the
     user's words) and calls it: a miss, learned. Then a request worded alike (another
     conversation) ships it before the model runs: a hit."""
-    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True})))
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"})))
     before = len(standin.app.state.standin.requests)
     ask(keel, "put the stale lighthouse report away for good " + hidden_call("archive_ticket", '{"id": "9"}'))
     assert "archive_ticket" not in shipped_first(standin, before)
@@ -55,8 +55,9 @@ def test_a_tool_found_by_search_ships_first_shot_next_time(standin: ServerThread
 def test_learning_only_adds_tools(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     """A recalled tool ships beside what the ranker picked, never in place of it: for the same
     request, the tools shipped with learning on include every tool shipped with it off."""
-    learning = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True})))
-    plain = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "select": {"learn": False}})))
+    learning = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"})))
+    plain = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn",
+                                                                     "select": {"learn": False}})))
     for keel in (learning, plain):
         ask(keel, "put the stale lighthouse report away for good " + hidden_call("archive_ticket", '{"id": "9"}'))
     probes = ["open a ticket about the lighthouse report and put the old one away",
@@ -78,9 +79,9 @@ def test_what_one_scope_learns_stays_in_that_scope(standin: ServerThread, start_
     turns taught ships for X's next request worded alike, never for Y's, whether X and Y are two
     provider keys of a passthrough tenant or two end users of one Keel key; so no caller can
     read another's words by probing, or push tools into another's requests."""
-    keyed = tenant(standin.url + "/v1", tools={"enabled": True})
+    keyed = tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"})
     byo = {"id": "byo", "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"},
-           "tools": {"enabled": True}}
+           "tools": {"enabled": True, "stability": "per_turn"}}
     keel = start_keel(keel_config(keyed, byo))
 
     def client(name: str) -> openai.OpenAI:
@@ -103,7 +104,8 @@ def test_what_one_scope_learns_stays_in_that_scope(standin: ServerThread, start_
 
 
 def test_learning_can_be_switched_off(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
-    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "select": {"learn": False}})))
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn",
+                                                                     "select": {"learn": False}})))
     ask(keel, "put the stale lighthouse report away for good " + hidden_call("archive_ticket", '{"id": "9"}'))
     before = len(standin.app.state.standin.requests)
     ask(keel, "put the lighthouse report away " + hidden_call("archive_ticket", '{"id": "3"}'))
@@ -111,7 +113,7 @@ def test_learning_can_be_switched_off(standin: ServerThread, start_keel: Callabl
 
 
 def test_gate_decisions_are_counted(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
-    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True})))
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"})))
     ask(keel, "thanks, that was great!")
     ask(keel, "create a ticket for the printer on floor 3")
     assert sample(keel, "keel_tool_gate_decisions_total", decision="withheld") == 1

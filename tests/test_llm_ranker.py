@@ -14,7 +14,7 @@ TOOLS = [tool(f"{VERBS[i % 5]}_thing_{i}", f"Handles thing {i}.", **PARAMS) for 
 
 
 def llm_tenant(url: str, **select: Any) -> dict[str, Any]:
-    return tenant(url, tools={"enabled": True, "defer": {"min_tools": 5},
+    return tenant(url, tools={"enabled": True, "stability": "per_turn", "defer": {"min_tools": 5},
                               "select": {"backend": "llm", "model": "judge", "timeout_ms": 5000, **select}})
 
 

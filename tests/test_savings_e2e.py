@@ -65,7 +65,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "tenants": [{"id": "desk", "auth": {"keys": [f"sha256:{KEY_DIGEST}"], "admin_keys": [
                 f"sha256:{hashlib.sha256(ADMIN.encode()).hexdigest()}"]},
                 "upstream": {"base_url": standin.url + "/v1"},
-                "tools": {"enabled": True}, "context": {"stable": True}, "memory": {"enabled": True},
+                "tools": {"enabled": True, "stability": "per_turn"}, "context": {"stable": True}, "memory": {"enabled": True},
                 "cache": {"prompt_cache_key": "auto"}},
                 {"id": "other", "auth": {"keys": ["sha256:" + "0" * 64]}, "upstream": {"base_url": standin.url + "/v1"}}],
         }))

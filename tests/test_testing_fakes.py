@@ -19,7 +19,7 @@ from proxy.testing import FakeMemoryGate, FakeRanker, FaultyStore, RecordingUpst
 NAMES = ["get_weather", "create_branch", "create_issue", "list_issues", "search_code", "send_email", "read_file",
          "write_file", "delete_file", "fetch", "convert_time", "maps_geocode"]
 PARAMS = {f"p{i}": "string" for i in range(12)}  # every schema well over defer.schema_chars
-FEATURES: dict[str, Any] = {"tools": {"enabled": True},
+FEATURES: dict[str, Any] = {"tools": {"enabled": True, "stability": "per_turn"},
                             "memory": {"enabled": True, "gate": {"audit_rate": 0.0}}}
 
 
@@ -68,7 +68,7 @@ def test_faulty_store_on_demand_and_recording_upstream(standin: ServerThread, st
     """A store switched to failing: Keel plans the tools afresh, without it (ranked lexically: the
     fake ranker is not asked); switched back, the ranker's pick ships again. The recording
     upstream holds the exact bytes each time."""
-    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True}))
+    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"}))
     store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), mode="raise")
     upstream = RecordingUpstream(create_upstream(config.server))
     keel = start_keel(config, store=store, upstream=upstream, ranker=FakeRanker(best=["send_email"]))

@@ -41,7 +41,7 @@ def client_tool_shipped(names: list[str]) -> bool:
 
 @pytest.fixture
 def keel(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> ServerThread:
-    return start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True})))
+    return start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"})))
 
 
 CHAT = [
@@ -97,7 +97,7 @@ MESSAGES = [({"type": "any"}, None), ({"type": "tool", "name": WANTED}, WANTED)]
 @pytest.mark.parametrize("choice, named", MESSAGES, ids=["any", "tool"])
 def test_messages_tool_choice(standin: ServerThread, start_keel: Callable[..., ServerThread], choice: Any,
                               named: str | None) -> None:
-    config = tenant(standin.url + "/v1", tools={"enabled": True})
+    config = tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"})
     config["upstream"]["kind"] = "anthropic-compatible"
     keel = start_keel(keel_config(config))
     client = anthropic.Anthropic(base_url=keel.url, api_key=KEY, max_retries=0)
