@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from starlette.responses import Response
 
-from proxy import jsontext
+from proxy import client_ids, jsontext
 from proxy.breakpoints import takes_cache_control, within_budget
 from proxy.chain import CONTEXT_ROLES, caller_seed, namespace
 from proxy.codecs import Codec, View
@@ -112,22 +112,15 @@ class Turn:
 
     @property
     def end_user(self) -> str | None:
-        """`user`, `safety_identifier`, `X-Keel-User` or `metadata.user_id` (a user key's own user)."""
+        """The end user: a user key's own, else what the client names (`proxy.client_ids`)."""
         if self.bound_user is not None:
             return self.bound_user
-        metadata = self.body.get("metadata")
-        from_meta = metadata.get("user_id") if isinstance(metadata, dict) else None
-        value = (self.body.get("user") or self.body.get("safety_identifier") or self.headers.get("x-keel-user")
-                 or from_meta)
-        return str(value) if isinstance(value, (str, int)) and value != "" else None
+        return client_ids.end_user(self.headers, self.body)
 
     @property
     def conversation_id(self) -> str | None:
-        """An explicit conversation id: `X-Keel-Conversation` or `metadata.conversation_id`."""
-        metadata = self.body.get("metadata")
-        from_meta = metadata.get("conversation_id") if isinstance(metadata, dict) else None
-        value = self.headers.get("x-keel-conversation") or from_meta
-        return str(value) if isinstance(value, (str, int)) and value != "" else None
+        """The conversation the client names, if it names one (`proxy.client_ids`)."""
+        return client_ids.conversation_id(self.headers, self.body)
 
     @property
     def conversation_label(self) -> str | None:
