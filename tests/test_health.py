@@ -5,6 +5,7 @@ memory worker shows in /healthz and /metrics."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import httpx
 from conftest import KEY, ServerThread, eventually, keel_config, tenant
 
 from proxy.stores.sqlite import SqliteStore
+from proxy.testing import FaultyStore
 
 AUTH = {"authorization": f"Bearer {KEY}"}
 
@@ -61,3 +63,24 @@ def test_a_deleted_sqlite_file_is_reopened_with_its_tables(standin: ServerThread
     assert eventually(lambda: entries(keel, "bo") == {"editor": "my editor is helix"}, 10)
     assert entries(keel, "ana") == {"city": "Porto"}
     assert httpx.get(keel.url + "/healthz").json()["store"] == "ok"
+
+
+def test_healthz_never_waits_on_a_hung_store(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                            tmp_path: Path) -> None:
+    """A store that stops answering (a SIGSTOPped Redis): /healthz keeps answering at once, from the
+    monitor's last reading, and soon says the store is unavailable; when it answers again, ok."""
+    store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), "ok")
+    keel = start_keel(keel_config(tenant(standin.url + "/v1")), store=store)
+    assert httpx.get(keel.url + "/healthz").json()["store"] == "ok"
+    store.mode = "hang"
+    took = []
+    for _ in range(8):
+        started = time.monotonic()
+        assert httpx.get(keel.url + "/healthz", timeout=5).status_code == 200
+        took.append(time.monotonic() - started)
+        time.sleep(0.25)
+    assert max(took) < 0.2, took
+    assert eventually(lambda: httpx.get(keel.url + "/healthz").json()["store"] == "unavailable", 5)
+    assert "keel_store_up 0.0" in httpx.get(keel.url + "/metrics").text
+    store.mode = "ok"
+    assert eventually(lambda: httpx.get(keel.url + "/healthz").json()["store"] == "ok", 5)
