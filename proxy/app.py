@@ -119,6 +119,8 @@ class Keel:
         self.meter = Meter(self.ledger, self.tokens)
         self.memory_worker = MemoryWorker(config, self.memory_book, MemoryJobs(background, background.job_queue()),
                                           upstream, self.metrics, memory_gate, self.ledger)
+        if any(t.memory.enabled for t in config.tenants):
+            self.monitor.details["memory"] = self.memory_worker.status  # its loops: running, restarted
         self.ranker = ranker
         self.resent = Resent()  # tools arrays parsed once
         stages = self.default_planners() if planners is None or callable(planners) else list(planners)

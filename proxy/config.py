@@ -301,6 +301,8 @@ class MemoryJobsConfig(_Model):
     max_attempts: int = Field(8, ge=1, description="runs of one job before it is buried as a dead letter")
     backoff_seconds: float = Field(1.0, gt=0, description="wait after the first failure, doubled after each")
     max_backoff_seconds: float = Field(60.0, gt=0, description="the longest wait between two runs")
+    timeout_seconds: float = Field(120.0, gt=0, description="the longest one run of a job may take (gate, memory "
+                                   "model, writes); past it the run has failed and is retried like any failure")
 
 
 class MemoryConfig(_Model):

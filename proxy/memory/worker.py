@@ -4,9 +4,11 @@
 completes); `MemoryWorker` claims jobs from the per-user FIFO queues (any replica, one lease
 per user), after responses finish and on start (jobs left by a stopped process). Gate
 failures (timeout, error) run the memory model as usual: a missed request costs a memory, a
-false pass costs one call. A job whose memory model or store fails is retried with backoff
-and buried with the reason after `memory.jobs.max_attempts`; it blocks only the same user's
-later jobs, and only until then.
+false pass costs one call. A job whose memory model or store fails, or whose run overruns
+`memory.jobs.timeout_seconds`, is retried with backoff and buried with the reason after
+`memory.jobs.max_attempts`; it blocks only the same user's later jobs, and only until then.
+The loops outlive any error (a job the store could not settle is leased again once its
+lease runs out), and a `LoopSupervisor` restarts one that ends or stalls anyway.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from proxy.memory.gate import GateResult, LexicalMemoryGate, MemoryGate, newest_
 from proxy.memory.jobs import MemoryJob, MemoryJobs, MemoryOp
 from proxy.memory.llm_gate import LlmMemoryGate
 from proxy.memory.model import run_memory_model
+from proxy.memory.supervisor import Beat, LoopSupervisor
 from proxy.metrics import Metrics
 from proxy.savings.ledger import Ledger
 from proxy.stores.queue import Job
@@ -37,6 +40,7 @@ from proxy.upstream import Upstream
 log = logging.getLogger("keel.memory")
 POLL_SECONDS = 1.0  # how often an idle worker looks for jobs another replica queued
 CONCURRENCY = 4  # jobs one process works on at once (each on another user's queue)
+STALL_MARGIN = 30.0  # seconds past the longest job run (settling it, claiming the next) before a loop is stalled
 
 
 class PermanentJobError(Exception):
@@ -103,7 +107,8 @@ class MemoryWorker:
         self.lease = config.store.job_lease_seconds
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        longest = max((t.memory.jobs.timeout_seconds for t in config.tenants if t.memory.enabled), default=0.0)
+        self.loops = LoopSupervisor("memory", self._loop, CONCURRENCY, metrics, longest + STALL_MARGIN)
 
     def gate_for(self, tenant: TenantConfig) -> MemoryGate:
         if self.injected is not None:
@@ -113,19 +118,22 @@ class MemoryWorker:
         return self.lexical
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop()) for _ in range(CONCURRENCY)]
+        self.loops.start()
         self._wake.set()  # finish what a stopped process left
 
     def wake(self) -> None:
         self._wake.set()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.loops.stop()
 
-    async def _loop(self) -> None:
+    def status(self) -> dict[str, int]:
+        return self.loops.status()
+
+    async def _loop(self, beat: Beat) -> None:
+        """Claim and run jobs, forever: no error ends it (the supervisor restarts it if one does)."""
         while True:
+            beat()
             self._wake.clear()  # before looking: a job queued while we look wakes the wait below
             try:
                 job = await self.jobs.queue.claim(self.owner, self.lease)
@@ -136,7 +144,12 @@ class MemoryWorker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
                 continue
-            await self.run(job)
+            beat()
+            try:
+                await self.run(job)
+            except Exception as exc:  # settling failed (the store): the job's lease runs out and it is run again
+                log.warning("memory_job_unsettled", extra={"job": job.id, "error": repr(exc)})
+                await asyncio.sleep(POLL_SECONDS)
 
     async def run_pending(self) -> int:
         """Work until no job is ready (tests and `keel` tools; the loops do this in the background)."""
@@ -152,8 +165,10 @@ class MemoryWorker:
         tenant_id = job.queue.split("/", 1)[0]
         tenant = self.tenants.get(tenant_id)
         queue = self.jobs.queue
+        timeout = tenant.memory.jobs.timeout_seconds if tenant is not None else None
         try:
-            await self.handle(job)
+            async with asyncio.timeout(timeout):
+                await self.handle(job)
         except LeaseLostError:
             log.warning("memory_job_lease_lost", extra={"job": job.id})
         except PermanentJobError as exc:
