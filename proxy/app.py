@@ -42,7 +42,8 @@ from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.gate import MemoryGate
 from proxy.memory.jobs import MemoryJobs
-from proxy.memory.worker import MemoryPlanner, MemoryWorker
+from proxy.memory.planner import MemoryPlanner
+from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import ResponseOwners
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner

@@ -1,7 +1,7 @@
 """After the turn: the gate judges the newest user message; only a yes runs the memory model.
 
-`MemoryPlanner` queues a durable job for each new user message (before the response
-completes); `MemoryWorker` claims jobs from the per-user FIFO queues (any replica, one lease
+`MemoryPlanner` (`proxy/memory/planner.py`) queues a durable job for each new user message
+(before the response completes); `MemoryWorker` claims jobs from the per-user FIFO queues (any replica, one lease
 per user), after responses finish and on start (jobs left by a stopped process). Gate
 failures (timeout, error) run the memory model as usual: a missed request costs a memory, a
 false pass costs one call. A job whose memory model or store fails, or whose run overruns
@@ -23,7 +23,6 @@ import time
 import uuid
 
 from proxy.config import KeelConfig, TenantConfig
-from proxy.conversations import TurnKind
 from proxy.jsontext import Json
 from proxy.memory.book import Limits, MemoryBook, MemoryLimitError
 from proxy.memory.gate import GateResult, LexicalMemoryGate, MemoryGate, newest_window
@@ -34,7 +33,6 @@ from proxy.memory.supervisor import Beat, LoopSupervisor
 from proxy.metrics import Metrics
 from proxy.savings.ledger import Ledger
 from proxy.stores.queue import Job
-from proxy.turn import Turn
 from proxy.upstream import Upstream
 
 log = logging.getLogger("keel.memory")
@@ -51,19 +49,6 @@ class LeaseLostError(Exception):
     """Another worker owns the job now (this one was too slow to renew): leave it to them."""
 
 
-def memory_user(request: Turn) -> str | None:
-    """Whose memory applies, or None (no user, memory off, or switched off per request).
-
-    For a passthrough tenant the owner is the end user *under the caller's credential*: a
-    provider key proves nothing about who the user is, so another key never reaches it."""
-    if not request.tenant.memory.enabled or request.headers.get("x-keel-memory", "").lower() == "off":
-        return None
-    user = request.end_user
-    if user is None:
-        return None
-    return f"{request.memory_scope}/{user}" if request.memory_scope else user
-
-
 def audited(chain_hash: str, rate: float) -> bool:
     """Is this skipped turn in the audit sample? (By its hash: every replica agrees, a re-run too.)"""
     draw = int.from_bytes(hashlib.blake2b(chain_hash.encode(), digest_size=4).digest(), "big") / 2**32
@@ -73,27 +58,6 @@ def audited(chain_hash: str, rate: float) -> bool:
 def limits(tenant: TenantConfig) -> Limits:
     cfg = tenant.memory
     return Limits(cfg.max_entry_chars, cfg.max_entries, cfg.max_total_chars)
-
-
-class MemoryPlanner:
-    name = "memory"
-    after: tuple[str, ...] = ("tools",)  # the job holds the messages as the client sent them, hidden exchanges spliced
-
-    def __init__(self, jobs: MemoryJobs) -> None:
-        self.jobs = jobs
-
-    def applies(self, request: Turn) -> bool:
-        return memory_user(request) is not None
-
-    async def plan(self, request: Turn) -> Turn:
-        location, user = request.location, memory_user(request)
-        newest = location.chain.newest_user if location else None
-        if location is None or newest is None or user is None or location.kind is TurnKind.REGENERATED:
-            return request
-        cfg = request.tenant.memory.gate
-        window = list(request.client_messages[max(0, newest.index - cfg.context_messages) : newest.index + 1])
-        await self.jobs.enqueue(MemoryJob(request.tenant.id, user, newest.hash, window, time.time()))
-        return request
 
 
 class MemoryWorker:
