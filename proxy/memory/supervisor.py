@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from proxy.metrics import Metrics
 
@@ -23,7 +22,7 @@ Beat = Callable[[], None]
 
 
 class LoopSupervisor:
-    def __init__(self, name: str, loop: Callable[[Beat], Coroutine[Any, Any, None]], count: int, metrics: Metrics,
+    def __init__(self, name: str, loop: Callable[[Beat], Awaitable[None]], count: int, metrics: Metrics,
                  stall_seconds: float, check_seconds: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.name, self.loop, self.count, self.metrics = name, loop, count, metrics
         self.stall_seconds, self.check_seconds, self.clock = stall_seconds, check_seconds, clock
@@ -80,7 +79,10 @@ class LoopSupervisor:
         def beat() -> None:
             self._beats[i] = self.clock()
 
-        return asyncio.create_task(self.loop(beat))
+        async def run() -> None:
+            await self.loop(beat)
+
+        return asyncio.create_task(run())
 
     async def _watch(self) -> None:
         while True:
