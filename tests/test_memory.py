@@ -287,3 +287,23 @@ def test_gate_errors_run_the_memory_model(standin: ServerThread, start_keel: Cal
     metrics = httpx.get(keel.url + "/metrics").text
     assert 'keel_memory_gate_decisions_total{outcome="failed",tenant="acme"} 1.0' in metrics
     assert "judgment=\"memory_gate\"" not in metrics  # a failed judgment reports no usage
+
+
+@pytest.mark.parametrize("shape", ["responses", "messages"])
+def test_memory_model_requests_carry_nothing_internal(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                      shape: str) -> None:
+    """A memory ask on /v1/responses and /v1/messages: the memory model's request holds the
+    messages as the client sent them, without Keel's own `_keel` bookkeeping on any of them."""
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                                   {"role": "user", "content": "please remember that my city is Porto"}]
+    if shape == "responses":
+        path, body = "/v1/responses", {"model": "m", "instructions": "Be brief.", "input": turns, "user": "ana"}
+    else:
+        path, body = "/v1/messages", {"model": "c", "max_tokens": 50, "system": "Be brief.", "messages": turns,
+                                      "metadata": {"user_id": "ana"}}
+    assert httpx.post(keel.url + path, headers={"authorization": f"Bearer {KEY}"}, json=body).status_code == 200
+    assert wait_for(lambda: memory_calls(standin) == 1)
+    asked = next(r for r in standin.app.state.standin.requests if "set_memory" in str(r.get("tools")))
+    assert "Porto" in str(asked["messages"]) and "_keel" not in str(asked)
+

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
+from proxy.codecs import strip_keel
 from proxy.conversations import TurnKind
+from proxy.jsontext import JsonObject
 from proxy.memory.jobs import MemoryJob, MemoryJobs
 from proxy.turn import Turn
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def memory_user(request: Turn) -> str | None:
@@ -20,6 +25,24 @@ def memory_user(request: Turn) -> str | None:
     if user is None:
         return None
     return f"{request.memory_scope}/{user}" if request.memory_scope else user
+
+
+def job_window(messages: Sequence[JsonObject]) -> list[JsonObject]:
+    """The messages a job keeps, as the memory model (a Chat Completions call) may get them.
+
+    They are the planners' view of the turn, whatever its shape: without Keel's own bookkeeping
+    (`_keel`, and the wrappers of parts a codec keeps as sent) and without items that are no chat
+    message. Nothing internal ever goes upstream."""
+    window: list[JsonObject] = []
+    for message in messages:
+        plain = strip_keel(message)
+        if not isinstance(plain, dict) or plain.get("role") not in CHAT_ROLES:
+            continue
+        content = plain.get("content")
+        if isinstance(content, list):
+            plain["content"] = [p for p in content if not (isinstance(p, dict) and p.get("type") == "opaque")]
+        window.append(plain)
+    return window
 
 
 class MemoryPlanner:
@@ -38,6 +61,6 @@ class MemoryPlanner:
         if location is None or newest is None or user is None or location.kind is TurnKind.REGENERATED:
             return request
         cfg = request.tenant.memory.gate
-        window = list(request.client_messages[max(0, newest.index - cfg.context_messages) : newest.index + 1])
+        window = job_window(request.client_messages[max(0, newest.index - cfg.context_messages) : newest.index + 1])
         await self.jobs.enqueue(MemoryJob(request.tenant.id, user, newest.hash, window, time.time()))
         return request
