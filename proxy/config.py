@@ -320,6 +320,8 @@ class MemoryConfig(_Model):
                                  "audited from the memory model)")
     max_entries: int = Field(200, ge=1, description="entries per user at most")
     max_total_chars: int = Field(40000, ge=1, description="characters per user at most, keys and values")
+    keyless: bool = Field(False, description="a passthrough tenant's callers that send no credential at all (a "
+                          "keyless upstream) get memory, shared by the user name they claim; off: none for them")
     gate: MemoryGateConfig = MemoryGateConfig()
     jobs: MemoryJobsConfig = MemoryJobsConfig()
 

@@ -85,7 +85,7 @@ class Turn:
     codec: Codec = field(default_factory=ChatCodec)
     view: View | None = None  # what the codec made of the client's body (None: not read)
     scope: str = ""  # the caller's credential digest, see `Caller.scope`
-    memory_scope: str = ""  # see `Caller.memory_scope`
+    memory_scope: str | None = ""  # see `Caller.memory_scope` (None: a caller with no credential)
     bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
     plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
     client_messages: tuple[JsonObject, ...] = ()  # the client's own message objects, as parsed

@@ -18,13 +18,20 @@ def memory_user(request: Turn) -> str | None:
     """Whose memory applies, or None (no user, memory off, or switched off per request).
 
     For a passthrough tenant the owner is the end user *under the caller's credential*: a
-    provider key proves nothing about who the user is, so another key never reaches it."""
+    provider key proves nothing about who the user is, so another key never reaches it. A
+    caller with no credential at all (a keyless upstream) proves nothing about anyone: no
+    memory, unless the tenant says its keyless callers share memory by user name."""
     if not request.tenant.memory.enabled or request.headers.get("x-keel-memory", "").lower() == "off":
         return None
     user = request.end_user
     if user is None:
         return None
-    return f"{request.memory_scope}/{user}" if request.memory_scope else user
+    scope = request.memory_scope
+    if scope is None:
+        if not request.tenant.memory.keyless:
+            return None
+        scope = "keyless"
+    return f"{scope}/{user}" if scope else user
 
 
 def job_window(messages: Sequence[JsonObject]) -> list[JsonObject]:
