@@ -71,9 +71,10 @@ class SqliteJobQueue:
     async def push(self, queue: str, job_id: str, payload: bytes) -> None:
         def fn(conn: sqlite3.Connection) -> None:
             now = time.time()
-            conn.execute("INSERT INTO jobs (id, queue, payload, enqueued_at) VALUES (?, ?, ?, ?)",
-                         (job_id, queue, payload, now))
-            conn.execute("INSERT OR IGNORE INTO queues (queue, ready_at) VALUES (?, ?)", (queue, now))
+            added = conn.execute("INSERT OR IGNORE INTO jobs (id, queue, payload, enqueued_at) VALUES (?, ?, ?, ?)",
+                                 (job_id, queue, payload, now)).rowcount
+            if added:
+                conn.execute("INSERT OR IGNORE INTO queues (queue, ready_at) VALUES (?, ?)", (queue, now))
 
         await self._run(fn)
 
