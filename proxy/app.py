@@ -247,6 +247,7 @@ class Keel:
         TRACE.set(trace)  # this request's task only: the rankers report their scores to it
         planned = await self.pipeline.run(parsed)
         trace.planning = False
+        send = self._accepting(send, planned)
         content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
         if content is None:  # a body Keel could not write back: the client's own
             planned, content = parsed, raw
@@ -263,6 +264,26 @@ class Keel:
         end = codec.stream_end if parsed.stream else None
         return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
                                         codec.shape, end)
+
+    def _accepting(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
+                   planned: Turn) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:
+        """`send`, doing the turn's `on_accepted` work once, when the upstream first accepts the
+        turn (a 2xx status): a turn the upstream refused (a bogus key's 401, a 5xx) leaves nothing
+        behind, no memory job and no memory model run."""
+        waiting = list(planned.on_accepted)
+        if not waiting:
+            return send
+
+        async def accepted(content: bytes | None) -> UpstreamResponse:
+            response = await send(content)
+            if 200 <= response.status < 300 and waiting:
+                work = waiting[:]
+                waiting.clear()
+                for step in work:
+                    await self.pipeline.guard("accepted", planned, step())
+            return response
+
+        return accepted
 
     async def relay_counted(
         self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -112,4 +113,39 @@ async def test_supervisor_restarts_loops_that_die_or_stall() -> None:
     assert value("keel_worker_loop_restarts_total", {"loop": "memory", "reason": "stalled"}) == 1
     assert value("keel_worker_loops", {"loop": "memory"}) == 1
     await supervisor.stop()
+
+
+
+# --- a memory ask is queued only for a turn the upstream accepted (finding 5) ---------------------
+
+@pytest.mark.parametrize("status", [401, 503])
+def test_a_refused_turn_queues_no_memory_job(standin: ServerThread, memory_model: Any,
+                                             start_keel: Callable[..., ServerThread], tmp_path: Path,
+                                             status: int) -> None:
+    """A passthrough caller whose turn the provider refuses (a bogus key: 401; or a 503) costs
+    nothing: no memory job is queued and the memory model never runs. The next accepted ask runs."""
+    model, server = memory_model
+    byo = {"id": "byo", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"},
+           "memory": {"enabled": True, "endpoint": server.url + "/v1", "gate": {"audit_rate": 0.0}}}
+    db = tmp_path / "k.db"
+    keel = start_keel(keel_config(byo, store={"url": f"sqlite:///{db}"}))
+
+    def chat(key: str, text: str) -> int:
+        return httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, json={
+            "model": "m", "user": "mallory", "messages": [{"role": "user", "content": text}]}).status_code
+
+    assert chat("sk-bogus", f"please remember that my color is teal [[error {status}]]") == status
+    assert chat("sk-good", "please remember that my city is Porto") == 200
+    assert eventually(lambda: any("Porto" in text for text in model.runs))
+    time.sleep(0.3)
+    assert not any("teal" in text for text in model.runs)
+
+    async def pending() -> int:
+        store = SqliteStore(str(db))
+        try:
+            return await store.job_queue().pending()
+        finally:
+            await store.close()
+
+    assert asyncio.run(pending()) == 0
 

@@ -69,5 +69,9 @@ class MemoryPlanner:
             return request
         cfg = request.tenant.memory.gate
         window = job_window(request.client_messages[max(0, newest.index - cfg.context_messages) : newest.index + 1])
-        await self.jobs.enqueue(MemoryJob(request.tenant.id, user, newest.hash, window, time.time()))
-        return request
+        job = MemoryJob(request.tenant.id, user, newest.hash, window, time.time())
+
+        async def enqueue() -> None:
+            await self.jobs.enqueue(job)
+
+        return request.with_on_accepted(enqueue)  # a turn the upstream refuses queues nothing
