@@ -32,7 +32,7 @@ from proxy.config import KeelConfig, TenantConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
-from proxy.defaults import create_upstream, open_store
+from proxy.defaults import create_upstream, open_store, spool_dir
 from proxy.encoding import accept_encoding
 from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
 from proxy.health import HealthMonitor
@@ -41,8 +41,10 @@ from proxy.jsontext import Json, Resent
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.gate import MemoryGate
+from proxy.memory.intake import MemoryIntake
 from proxy.memory.jobs import MemoryJobs
 from proxy.memory.planner import MemoryPlanner
+from proxy.memory.spool import MemorySpool
 from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import ResponseOwners
@@ -115,13 +117,16 @@ class Keel:
         self.owners = ResponseOwners(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
-        self.memory_jobs = MemoryJobs(self.store, self.store.job_queue())  # queued on the request path
         self.ledger = Ledger(background, config.savings)  # written after the turn, off the request path
         self.meter = Meter(self.ledger, self.tokens)
-        self.memory_worker = MemoryWorker(config, self.memory_book, MemoryJobs(background, background.job_queue()),
-                                          upstream, self.metrics, memory_gate, self.ledger)
+        jobs = MemoryJobs(background, background.job_queue())
+        self.memory_worker = MemoryWorker(config, self.memory_book, jobs, upstream, self.metrics, memory_gate,
+                                          self.ledger)
+        # After the upstream accepts a turn: its job queued (the turn waits `budget_ms` at most), else spooled.
+        self.memory_intake = MemoryIntake(jobs, MemorySpool(spool_dir(config.store)), self.metrics,
+                                          config.store.budget_ms / 1000, self.memory_worker.wake)
         if any(t.memory.enabled for t in config.tenants):
-            self.monitor.details["memory"] = self.memory_worker.status  # its loops: running, restarted
+            self.monitor.details["memory"] = lambda: {**self.memory_worker.status(), **self.memory_intake.status()}
         self.ranker = ranker
         self.resent = Resent()  # tools arrays parsed once
         stages = self.default_planners() if planners is None or callable(planners) else list(planners)
@@ -149,7 +154,7 @@ class Keel:
                                                                      learned),
                             self.store, self.config.store.conversation_ttl_seconds, self.conversations, learned)
         # DESIGN.md's order; each planner's `after` says why, and the pipeline refuses another.
-        return [tools, MemoryPlanner(self.memory_jobs), ContextPlanner(self.conversations, memory=self.memory_book),
+        return [tools, MemoryPlanner(self.memory_intake, self.conversations), ContextPlanner(self.conversations, memory=self.memory_book),
                 CachePlanner()]
 
     async def read_body(self, request: Request, limit: int | None = None) -> bytes:
@@ -179,8 +184,6 @@ class Keel:
 
         def done(outcome: Outcome) -> None:
             elapsed = time.perf_counter() - started
-            if route != "passthrough":
-                self.memory_worker.wake()  # the turn is delivered: its memory job may run
             self.metrics.observe_request(tenant, route, outcome.status, elapsed, bytes_in, outcome.bytes_out)
             if log.isEnabledFor(logging.INFO):
                 log.info(
@@ -342,6 +345,7 @@ class Keel:
 
     async def aclose(self) -> None:
         await self.monitor.stop()
+        await self.memory_intake.stop()  # what the store has not taken yet waits in the spool
         await self.memory_worker.stop()
         await self.ledger.drain()
         await self.conversations.proofs.drain()
@@ -385,6 +389,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await keel.monitor.start()
         if any(t.memory.enabled for t in config.tenants):
+            await keel.memory_intake.start()  # spools left by stopped processes first
             keel.memory_worker.start()
         if not keel.tokens.exact:  # said once, plainly: every token figure from here on is an estimate
             log.warning("token_counts_estimated", extra={

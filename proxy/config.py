@@ -116,6 +116,8 @@ class StoreConfig(_Model):
     budget_ms: int = Field(250, ge=1, description="time one store call may take on the request path; slower "
                            "calls fail open, and after 3 failures in a row the store is bypassed (passthrough) "
                            "until a probe succeeds")
+    spool_dir: str | None = Field(None, description="where memory jobs the store would not take wait on disk until "
+                                  "it does; default: keel-spool beside the SQLite file, else in the working directory")
 
     @field_validator("url")
     @classmethod

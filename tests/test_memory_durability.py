@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,13 +18,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import KEY, ServerThread, eventually, keel_config
+import yaml
+from conftest import KEY, REDIS_URL, ServerThread, eventually, keel_config, redis_or_skip
 from memory_model import MemoryModel
 
 from proxy.memory.supervisor import LoopSupervisor
 from proxy.metrics import Metrics
+from proxy.stores.redis import RedisStore
 from proxy.stores.sqlite import SqliteStore
-from proxy.testing import FaultyStore
+from proxy.testing import FaultyStore, QueueStore
 
 OTHER_KEY = "sk-keel-beta"
 
@@ -81,7 +88,8 @@ def test_memory_loops_survive_store_errors_when_settling(standin: ServerThread, 
     assert eventually(lambda: all(memory(keel, f"u{n}", KEY if n % 2 else OTHER_KEY) == {"color": f"c{n}"}
                                   for n in range(0, 12, 3)), 15)
     health = httpx.get(keel.url + "/healthz").json()
-    assert health["memory"] == {"loops": 4, "running": 4, "restarts": 0}, "no loop ended: none was restarted"
+    loops = {name: health["memory"][name] for name in ("loops", "running", "restarts")}
+    assert loops == {"loops": 4, "running": 4, "restarts": 0}, "no loop ended: none was restarted"
     assert "keel_worker_loops{loop=\"memory\"} 4.0" in httpx.get(keel.url + "/metrics").text
 
 
@@ -149,3 +157,141 @@ def test_a_refused_turn_queues_no_memory_job(standin: ServerThread, memory_model
 
     assert asyncio.run(pending()) == 0
 
+
+# --- never lost when the store is slow or down (finding 4) ---------------------------------------
+
+@pytest.fixture(params=["sqlite", "redis"])
+def real_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], QueueStore]:
+    """A maker of the real store under test (a SQLite file, or the real Redis, flushed once)."""
+    if request.param == "redis":
+        async def flush() -> None:
+            await (await redis_or_skip()).close()
+
+        asyncio.run(flush())
+        return lambda: RedisStore(REDIS_URL)
+    return lambda: SqliteStore(str(tmp_path / "k.db"))
+
+
+def fact_and_correction(keel: ServerThread, users: int, prefix: str = "u") -> None:
+    """Each user states a fact, then corrects it in the same conversation; users in parallel."""
+    def user(n: int) -> None:
+        history: list[dict[str, Any]] = []
+        say(keel, f"{prefix}{n}", f"please remember that my color is red{n}", history=history)
+        say(keel, f"{prefix}{n}", f"actually, please remember that my color is blue{n}", history=history)
+
+    threads = [threading.Thread(target=user, args=(n,)) for n in range(users)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def corrected(keel: ServerThread, users: int, prefix: str = "u") -> bool:
+    return all(memory(keel, f"{prefix}{n}") == {"color": f"blue{n}"} for n in range(users))
+
+
+def spooled(directory: Path) -> int:
+    return sum(len(path.read_bytes().splitlines()) for path in directory.glob("*.spool"))
+
+
+def durable_config(standin: ServerThread, model: ServerThread, spool: Path, url: str = "sqlite:///:memory:",
+                   **store: Any) -> Any:
+    return keel_config(memory_tenant(standin.url + "/v1", model),
+                       store={"url": url, "spool_dir": str(spool), "job_lease_seconds": 2, **store})
+
+
+def test_memory_asks_survive_a_slow_store(standin: ServerThread, memory_model: Any,
+                                          start_keel: Callable[..., ServerThread], tmp_path: Path,
+                                          real_store: Callable[[], QueueStore]) -> None:
+    """Every store call takes 0.4 s, past the request's 250 ms budget (a store that is merely
+    slow): every user's fact and its correction are applied, in order, each judged once."""
+    model, server = memory_model
+    store = FaultyStore(real_store(), "slow", delay=0.4)
+    keel = start_keel(durable_config(standin, server, tmp_path / "spool"), store=store)
+    fact_and_correction(keel, 4)
+    assert eventually(lambda: corrected(keel, 4), 60)
+    assert len(model.runs) == 8 and set(model.runs.values()) == {1}
+
+
+def test_memory_asks_wait_in_the_spool_while_the_store_is_down(standin: ServerThread, memory_model: Any,
+                                                               start_keel: Callable[..., ServerThread],
+                                                               tmp_path: Path,
+                                                               real_store: Callable[[], QueueStore]) -> None:
+    """The store refuses every call while users state facts and correct them: the turns are
+    answered, the asks wait in a file under store.spool_dir (and /healthz counts them); when the
+    store is back they are queued from there in order, every correction after its fact."""
+    model, server = memory_model
+    store = FaultyStore(real_store(), "raise")
+    spool = tmp_path / "spool"
+    keel = start_keel(durable_config(standin, server, spool), store=store)
+    fact_and_correction(keel, 4)
+    assert eventually(lambda: spooled(spool) == 8, 15)
+    assert httpx.get(keel.url + "/healthz").json()["memory"]["spooled"] == 8
+    assert not model.runs
+    store.mode = "ok"
+    assert eventually(lambda: corrected(keel, 4), 30)
+    assert len(model.runs) == 8 and set(model.runs.values()) == {1}
+    assert eventually(lambda: spooled(spool) == 0)
+
+
+def test_asks_of_a_stopped_keel_are_queued_by_the_next(standin: ServerThread, memory_model: Any,
+                                                       start_keel: Callable[..., ServerThread], tmp_path: Path) -> None:
+    """Keel stops while the store is down, its asks still being retried: they wait in its spool,
+    and the next Keel on the same spool directory queues them, in order."""
+    model, server = memory_model
+    db, spool = tmp_path / "k.db", tmp_path / "spool"
+    config = durable_config(standin, server, spool, f"sqlite:///{db}")
+    first = start_keel(config, store=FaultyStore(SqliteStore(str(db)), "raise"))
+    fact_and_correction(first, 3)
+    first.__exit__()
+    assert spooled(spool) == 6 and not model.runs
+    second = start_keel(config)
+    assert eventually(lambda: corrected(second, 3), 30)
+    assert set(model.runs.values()) == {1} and spooled(spool) == 0
+
+
+def test_the_spool_of_a_killed_keel_is_taken_over(standin: ServerThread, memory_model: Any,
+                                                  start_keel: Callable[..., ServerThread], tmp_path: Path) -> None:
+    """`keel serve` on a dead Redis spools the asks it accepted, then is killed (SIGKILL): the next
+    Keel on the spool directory takes its file over and queues every ask, in order."""
+    model, server = memory_model
+    spool = tmp_path / "spool"
+    config = {"store": {"url": "redis://127.0.0.1:1/0", "spool_dir": str(spool)},
+              "tenants": [memory_tenant(standin.url + "/v1", server)]}
+    path = tmp_path / "keel.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(path), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert eventually(lambda: up(url), 20)
+        for n in range(3):
+            history: list[dict[str, Any]] = []
+            for text in (f"please remember that my color is red{n}", f"actually, please remember that my color is blue{n}"):
+                history.append({"role": "user", "content": text})
+                reply = httpx.post(url + "/v1/chat/completions", timeout=10, json={"model": "m", "messages": history},
+                                   headers={"authorization": f"Bearer {KEY}", "x-keel-user": f"k{n}"})
+                history.append(reply.json()["choices"][0]["message"])
+        assert eventually(lambda: spooled(spool) == 6, 20)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    second = start_keel(durable_config(standin, server, spool, f"sqlite:///{tmp_path / 'k.db'}"))
+    assert eventually(lambda: corrected(second, 3, "k"), 30)
+    assert set(model.runs.values()) == {1} and spooled(spool) == 0
+
+
+def up(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from proxy.codecs import strip_keel
-from proxy.conversations import TurnKind
+from proxy.conversations import Conversations, TurnKind
 from proxy.jsontext import JsonObject
-from proxy.memory.jobs import MemoryJob, MemoryJobs
+from proxy.memory.intake import MemoryIntake
+from proxy.memory.jobs import MemoryJob
+from proxy.pipeline import unstored
 from proxy.turn import Turn
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -56,8 +59,8 @@ class MemoryPlanner:
     name = "memory"
     after: tuple[str, ...] = ("tools",)  # the job holds the messages as the client sent them, hidden exchanges spliced
 
-    def __init__(self, jobs: MemoryJobs) -> None:
-        self.jobs = jobs
+    def __init__(self, intake: MemoryIntake, conversations: Conversations) -> None:
+        self.intake, self.conversations = intake, conversations
 
     def applies(self, request: Turn) -> bool:
         return memory_user(request) is not None
@@ -70,8 +73,10 @@ class MemoryPlanner:
         cfg = request.tenant.memory.gate
         window = job_window(request.client_messages[max(0, newest.index - cfg.context_messages) : newest.index + 1])
         job = MemoryJob(request.tenant.id, user, newest.hash, window, time.time())
+        return request.with_on_accepted(lambda: self.intake.submit(job))  # a turn the upstream refuses queues nothing
 
-        async def enqueue() -> None:
-            await self.jobs.enqueue(job)
-
-        return request.with_on_accepted(enqueue)  # a turn the upstream refuses queues nothing
+    async def afresh(self, request: Turn) -> Turn:
+        """Without stored state (the store slow or down): the job all the same, on the place the
+        turn has without it, and the turn otherwise as it was; a memory ask never depends on a read."""
+        planned = await self.plan(unstored(self.conversations, request))
+        return replace(request, on_accepted=planned.on_accepted)

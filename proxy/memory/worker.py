@@ -1,8 +1,9 @@
 """After the turn: the gate judges the newest user message; only a yes runs the memory model.
 
-`MemoryPlanner` (`proxy/memory/planner.py`) queues a durable job for each new user message
-(before the response completes); `MemoryWorker` claims jobs from the per-user FIFO queues (any replica, one lease
-per user), after responses finish and on start (jobs left by a stopped process). Gate
+`MemoryPlanner` (`proxy/memory/planner.py`) makes a durable job for each new user message,
+queued by `MemoryIntake` once the upstream accepts the turn; `MemoryWorker` claims jobs from
+the per-user FIFO queues (any replica, one lease per user), as they are queued and on start
+(jobs left by a stopped process). Gate
 failures (timeout, error) run the memory model as usual: a missed request costs a memory, a
 false pass costs one call. A job whose memory model or store fails, or whose run overruns
 `memory.jobs.timeout_seconds`, is retried with backoff and buried with the reason after
@@ -201,6 +202,7 @@ class MemoryWorker:
             if not await self.jobs.queue.save(job, self.owner, memory_job.to_bytes()):
                 raise LeaseLostError(job.id)
         await self.apply(tenant, memory_job)
+        await self.jobs.finished(memory_job)  # before `complete`: a replay of this ask finds it done
         self.metrics.memory_job_delay.labels(tenant.id).observe(max(0.0, time.time() - memory_job.queued_at))
 
     async def decide(self, tenant: TenantConfig, job: MemoryJob) -> tuple[list[MemoryOp], str]:
