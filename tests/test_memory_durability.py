@@ -295,3 +295,41 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_correction_never_passes_its_spooled_fact(standin: ServerThread, memory_model: Any,
+                                                    start_keel: Callable[..., ServerThread], tmp_path: Path) -> None:
+    """A fact waits in the spool (the store took nothing for a while); the store is back and the
+    user corrects the fact at once, before the spool is replayed: the correction waits behind
+    the fact, so the memory ends with the correction."""
+    model, server = memory_model
+    store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), "raise", only={"push"})
+    spool = tmp_path / "spool"
+    keel = start_keel(durable_config(standin, server, spool), store=store)
+    history: list[dict[str, Any]] = []
+    say(keel, "ana", "please remember that my color is red", history=history)
+    assert eventually(lambda: spooled(spool) == 1, 10)
+    store.mode = "ok"
+    say(keel, "ana", "actually, please remember that my color is blue", history=history)
+    assert eventually(lambda: len(model.runs) == 2, 15)
+    assert memory(keel, "ana") == {"color": "blue"}
+
+
+async def test_an_ask_offered_again_is_queued_once(tmp_path: Path) -> None:
+    """Offering one ask again (a retry after a timeout that may have queued it, a spool replayed
+    after a restart) queues it once; another turn's ask for the same message (a regeneration) is
+    not queued; once the worker finished the job, a late replay queues nothing."""
+    from proxy.memory.jobs import MemoryJob, MemoryJobs
+
+    store = SqliteStore(str(tmp_path / "k.db"))
+    jobs = MemoryJobs(store, store.job_queue())
+    ask = MemoryJob("acme", "ana", "h1", [{"role": "user", "content": "remember my color is red"}], time.time())
+    assert await jobs.enqueue(ask) and await jobs.enqueue(ask)
+    assert await jobs.queue.pending() == 1
+    assert not await jobs.enqueue(MemoryJob("acme", "ana", "h1", ask.window, time.time()))
+    job = await jobs.queue.claim("w", 30)
+    assert job is not None
+    await jobs.finished(ask)
+    assert await jobs.queue.complete(job, "w")
+    assert not await jobs.enqueue(ask) and await jobs.queue.pending() == 0
+    await store.close()
