@@ -110,12 +110,19 @@ class MemorySpool:
 
     def _own(self) -> None:
         """Create this process's lock (and so its claim on its spool) the first time it is needed."""
-        if self._lock is None:
+        while self._lock is None:
             assert self.directory is not None
             self.directory.mkdir(parents=True, exist_ok=True)
-            lock = open(self._path(self.name, "lock"), "ab")  # noqa: SIM115 (held open while the process lives)
+            path = self._path(self.name, "lock")
+            lock = open(path, "ab")  # noqa: SIM115 (held open while the process lives)
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._lock = lock
+            try:
+                if os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino:
+                    self._lock = lock  # (else another process took it for a stopped one's before we locked it)
+                    continue
+            except FileNotFoundError:
+                pass
+            lock.close()
 
     def _append(self, lines: list[bytes]) -> None:
         self._own()
