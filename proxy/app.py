@@ -32,16 +32,20 @@ from proxy.config import KeelConfig, TenantConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
-from proxy.defaults import create_upstream, open_store
+from proxy.defaults import create_upstream, open_store, spool_dir
 from proxy.encoding import accept_encoding
 from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
+from proxy.health import HealthMonitor
 from proxy.ingress import Authenticator, Caller, parse_turn, request_id
 from proxy.jsontext import Json, Resent
 from proxy.memory.api import MemoryApi
 from proxy.memory.book import MemoryBook
 from proxy.memory.gate import MemoryGate
+from proxy.memory.intake import MemoryIntake
 from proxy.memory.jobs import MemoryJobs
-from proxy.memory.worker import MemoryPlanner, MemoryWorker
+from proxy.memory.planner import MemoryPlanner
+from proxy.memory.spool import MemorySpool
+from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import ResponseOwners
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
@@ -107,16 +111,22 @@ class Keel:
         self.store = GuardedStore(store, config.store.budget_ms / 1000, breaker)
         background = GuardedStore(store, BACKGROUND_STORE_BUDGET, breaker)
         self.metrics.store_up.set(1)
+        self.monitor = HealthMonitor(self.store, self.metrics)  # /healthz reads it, never the store
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background)
         self.owners = ResponseOwners(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
-        self.memory_jobs = MemoryJobs(self.store, self.store.job_queue())  # queued on the request path
         self.ledger = Ledger(background, config.savings)  # written after the turn, off the request path
         self.meter = Meter(self.ledger, self.tokens)
-        self.memory_worker = MemoryWorker(config, self.memory_book, MemoryJobs(background, background.job_queue()),
-                                          upstream, self.metrics, memory_gate, self.ledger)
+        jobs = MemoryJobs(background, background.job_queue())
+        self.memory_worker = MemoryWorker(config, self.memory_book, jobs, upstream, self.metrics, memory_gate,
+                                          self.ledger)
+        # After the upstream accepts a turn: its job queued (the turn waits `budget_ms` at most), else spooled.
+        self.memory_intake = MemoryIntake(jobs, MemorySpool(spool_dir(config.store)), self.metrics,
+                                          config.store.budget_ms / 1000, self.memory_worker.wake)
+        if any(t.memory.enabled for t in config.tenants):
+            self.monitor.details["memory"] = lambda: {**self.memory_worker.status(), **self.memory_intake.status()}
         self.ranker = ranker
         self.resent = Resent()  # tools arrays parsed once
         stages = self.default_planners() if planners is None or callable(planners) else list(planners)
@@ -144,7 +154,7 @@ class Keel:
                                                                      learned),
                             self.store, self.config.store.conversation_ttl_seconds, self.conversations, learned)
         # DESIGN.md's order; each planner's `after` says why, and the pipeline refuses another.
-        return [tools, MemoryPlanner(self.memory_jobs), ContextPlanner(self.conversations, memory=self.memory_book),
+        return [tools, MemoryPlanner(self.memory_intake, self.conversations), ContextPlanner(self.conversations, memory=self.memory_book),
                 CachePlanner()]
 
     async def read_body(self, request: Request, limit: int | None = None) -> bytes:
@@ -174,8 +184,6 @@ class Keel:
 
         def done(outcome: Outcome) -> None:
             elapsed = time.perf_counter() - started
-            if route != "passthrough":
-                self.memory_worker.wake()  # the turn is delivered: its memory job may run
             self.metrics.observe_request(tenant, route, outcome.status, elapsed, bytes_in, outcome.bytes_out)
             if log.isEnabledFor(logging.INFO):
                 log.info(
@@ -242,6 +250,7 @@ class Keel:
         TRACE.set(trace)  # this request's task only: the rankers report their scores to it
         planned = await self.pipeline.run(parsed)
         trace.planning = False
+        send = self._accepting(send, planned)
         content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
         if content is None:  # a body Keel could not write back: the client's own
             planned, content = parsed, raw
@@ -258,6 +267,26 @@ class Keel:
         end = codec.stream_end if parsed.stream else None
         return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
                                         codec.shape, end)
+
+    def _accepting(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
+                   planned: Turn) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:
+        """`send`, doing the turn's `on_accepted` work once, when the upstream first accepts the
+        turn (a 2xx status): a turn the upstream refused (a bogus key's 401, a 5xx) leaves nothing
+        behind, no memory job and no memory model run."""
+        waiting = list(planned.on_accepted)
+        if not waiting:
+            return send
+
+        async def accepted(content: bytes | None) -> UpstreamResponse:
+            response = await send(content)
+            if 200 <= response.status < 300 and waiting:
+                work = waiting[:]
+                waiting.clear()
+                for step in work:
+                    await self.pipeline.guard("accepted", planned, step())
+            return response
+
+        return accepted
 
     async def relay_counted(
         self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,
@@ -306,11 +335,6 @@ class Keel:
         through, so a store outage must not take every replica out of a load balancer."""
         return bool(self.config.tenants)
 
-    async def health(self) -> dict[str, str]:
-        store = "ok" if await self.store.ping() else "unavailable"
-        self.metrics.store_up.set(1 if store == "ok" else 0)
-        return {"status": "ok", "store": store}
-
     def may_read_metrics(self, headers: Mapping[str, str]) -> bool:
         if not self._metrics_digests:
             return True
@@ -320,6 +344,8 @@ class Keel:
         return any(hmac.compare_digest(digest, d) for d in self._metrics_digests) and bool(token)
 
     async def aclose(self) -> None:
+        await self.monitor.stop()
+        await self.memory_intake.stop()  # what the store has not taken yet waits in the spool
         await self.memory_worker.stop()
         await self.ledger.drain()
         await self.conversations.proofs.drain()
@@ -361,7 +387,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await keel.monitor.start()
         if any(t.memory.enabled for t in config.tenants):
+            await keel.memory_intake.start()  # spools left by stopped processes first
             keel.memory_worker.start()
         if not keel.tokens.exact:  # said once, plainly: every token figure from here on is an estimate
             log.warning("token_counts_estimated", extra={
@@ -402,8 +430,9 @@ def create_app(
         return await keel.forward(request, "passthrough", None)
 
     async def healthz(request: Request) -> Response:
-        """The process is up (always 200), with the store's health as a detail."""
-        return Response(orjson.dumps(await keel.health()), media_type="application/json")
+        """The process is up (always 200), with the store's health as a detail: the health
+        monitor's last reading, so a hung store never makes a liveness probe wait."""
+        return Response(orjson.dumps(keel.monitor.reading()), media_type="application/json")
 
     async def readyz(request: Request) -> Response:
         if await keel.ready():

@@ -116,6 +116,8 @@ class StoreConfig(_Model):
     budget_ms: int = Field(250, ge=1, description="time one store call may take on the request path; slower "
                            "calls fail open, and after 3 failures in a row the store is bypassed (passthrough) "
                            "until a probe succeeds")
+    spool_dir: str | None = Field(None, description="where memory jobs the store would not take wait on disk until "
+                                  "it does; default: keel-spool beside the SQLite file, else in the working directory")
 
     @field_validator("url")
     @classmethod
@@ -301,6 +303,8 @@ class MemoryJobsConfig(_Model):
     max_attempts: int = Field(8, ge=1, description="runs of one job before it is buried as a dead letter")
     backoff_seconds: float = Field(1.0, gt=0, description="wait after the first failure, doubled after each")
     max_backoff_seconds: float = Field(60.0, gt=0, description="the longest wait between two runs")
+    timeout_seconds: float = Field(120.0, gt=0, description="the longest one run of a job may take (gate, memory "
+                                   "model, writes); past it the run has failed and is retried like any failure")
 
 
 class MemoryConfig(_Model):
@@ -318,6 +322,8 @@ class MemoryConfig(_Model):
                                  "audited from the memory model)")
     max_entries: int = Field(200, ge=1, description="entries per user at most")
     max_total_chars: int = Field(40000, ge=1, description="characters per user at most, keys and values")
+    keyless: bool = Field(False, description="a passthrough tenant's callers that send no credential at all (a "
+                          "keyless upstream) get memory, shared by the user name they claim; off: none for them")
     gate: MemoryGateConfig = MemoryGateConfig()
     jobs: MemoryJobsConfig = MemoryJobsConfig()
 

@@ -1,19 +1,36 @@
 """The implementations Keel uses where none is passed to `create_app`: the store a URL names,
-the upstream client the config chooses. Kept apart from the protocols, so an implementation
+the upstream client the config chooses, where memory jobs are spooled. Kept apart from the protocols, so an implementation
 imports its protocol and nothing imports back."""
 
 from __future__ import annotations
 
-from proxy.config import ServerConfig
+from pathlib import Path
+
+from proxy.config import ServerConfig, StoreConfig
 from proxy.stores import Store
 from proxy.upstream import Upstream
+
+
+def sqlite_path(url: str) -> str:
+    return url.removeprefix("sqlite://").removeprefix("/") or "keel.db"
+
+
+def spool_dir(store: StoreConfig) -> Path | None:
+    """`store.spool_dir`; else `keel-spool` beside the SQLite file (None for an in-memory one,
+    whose jobs cannot outlive the process anyway), else in the working directory."""
+    if store.spool_dir:
+        return Path(store.spool_dir)
+    if store.url.startswith("sqlite://"):
+        path = sqlite_path(store.url)
+        return None if path == ":memory:" else Path(path).parent / "keel-spool"
+    return Path("keel-spool")
 
 
 def open_store(url: str) -> Store:
     if url.startswith("sqlite://"):
         from proxy.stores.sqlite import SqliteStore
 
-        return SqliteStore(url.removeprefix("sqlite://").removeprefix("/") or "keel.db")
+        return SqliteStore(sqlite_path(url))
     from proxy.stores.redis import RedisStore
 
     return RedisStore(url)

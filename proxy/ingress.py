@@ -32,10 +32,13 @@ class Caller:
     upstream_api_key: str | None = None  # sent upstream as x-api-key (Anthropic-style upstreams; passthrough's own)
 
     @property
-    def memory_scope(self) -> str:
+    def memory_scope(self) -> str | None:
         """What separates memory beyond tenant and user: a passthrough caller's credentials (a
-        provider key proves nothing about who the user is); a Keel key's tenant is enough."""
-        return "" if self.keyed else self.scope
+        provider key proves nothing about who the user is); a Keel key's tenant is enough. None:
+        a passthrough caller that sent no credential at all, so no identity to scope memory by."""
+        if self.keyed:
+            return ""
+        return self.scope if self.upstream_authorization or self.upstream_api_key else None
 
 
 def credential_scope(credential: str) -> str:

@@ -77,6 +77,16 @@ class Metrics:
         self.memory_job_delay = Histogram("keel_memory_job_delay_seconds", "From the turn to its memory applied",
                                           ["tenant"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
                                           registry=r)
+        self.worker_loops = Gauge("keel_worker_loops", "Background loops alive and beating (memory jobs)", ["loop"],
+                                  registry=r, multiprocess_mode="livesum")
+        self.worker_loop_restarts = Counter("keel_worker_loop_restarts", "Background loops restarted, by why: died "
+                                            "(ended on an error) or stalled (stopped beating)", ["loop", "reason"],
+                                            registry=r)
+        self.memory_asks = Counter("keel_memory_asks", "Memory jobs of accepted turns: queued (in the store), "
+                                   "spooled (kept in the local spool), replayed (queued from it), duplicate (its "
+                                   "message judged already)", ["tenant", "outcome"], registry=r)
+        self.memory_spooled = Gauge("keel_memory_spooled", "Memory jobs waiting in this process's spool for the store",
+                                    registry=r, multiprocess_mode="livesum")
         self.memory_tokens = Counter("keel_memory_tokens", "Tokens the memory model used", ["tenant"], registry=r)
         self.judgment_cost = Counter("keel_judgment_cost_usd", "What judgments and the memory model cost, priced from "
                                      "the models table (never mixed into responses' usage)", ["tenant", "judgment"],

@@ -7,7 +7,9 @@ skipped, so its part of the request stays as the client sent it (invariant 4: no
 failure fails a turn). A planner for which "as the client sent it" would cost far more than
 planning (the tool planner: a whole catalog instead of a few tools) also plans `afresh`, from
 the request alone: after its stage failed, and whenever the conversation cannot be read (the
-store down or slow, a body the chain cannot hash), when every other planner is skipped.
+store down or slow, a body the chain cannot hash), when every other planner is skipped. The
+memory planner does too: its job waits for the store after the answer, so a slow store loses
+no memory ask.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar, runtime_checkable
 
-from proxy.chain import ContextDigests, Meanings
+from proxy.chain import ContextDigests, Meanings, namespace
 from proxy.conversations import Conversations, TurnKind
 from proxy.metrics import Metrics
 from proxy.proofs import history_fragments
@@ -146,3 +148,12 @@ async def locate(conversations: Conversations, request: Turn, digests: ContextDi
     location = await conversations.locate(Meanings.of(request.messages), request.caller_seed, context,
                                           history_fragments(request.messages), request.conversation_label)
     return replace(request, location=location)
+
+
+def unstored(conversations: Conversations, request: Turn, digests: ContextDigests | None = None) -> Turn:
+    """The turn with the location it has when no stored state can be read: its own namespace,
+    a new segment (what `locate` finds for a conversation the store has never seen)."""
+    context = (digests or ContextDigests(1)).digest(request.context_text, request.conversation_id is not None)
+    chain = Meanings.of(request.messages).chain(namespace(request.caller_seed, context))
+    return replace(request, location=conversations.unknown(chain, request.conversation_label, request.caller_seed,
+                                                           context))

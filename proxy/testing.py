@@ -4,7 +4,7 @@ Plain classes, no patching: pass them in and read what they saw.
 
     FakeRanker        ranker=       the named tools first, fixed scores, needs-tool and confidence
     FakeMemoryGate    memory_gate=  a fixed probability (or a delay, or an error)
-    FaultyStore       store=        a real store that fails or hangs on demand (mode "ok", "raise", "hang")
+    FaultyStore       store=        a real store that fails, hangs or slows on demand ("ok", "raise", "hang", "slow")
     FailingPlanner    planners=     a stage that raises or never finishes
     RecordingUpstream upstream=     the real upstream client, keeping every request it sent
 
@@ -14,9 +14,10 @@ Plain classes, no patching: pass them in and read what they saw.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NoReturn, Protocol
+from typing import Literal, Protocol
 
 from proxy.jsontext import JsonObject
 from proxy.memory.gate import GateResult
@@ -27,7 +28,7 @@ from proxy.tools.ranking import Ranking
 from proxy.turn import Turn
 from proxy.upstream import Upstream, UpstreamResponse
 
-Fault = Literal["ok", "raise", "hang"]
+Fault = Literal["ok", "raise", "hang", "slow"]
 HANG_SECONDS = 3600.0  # "never": far beyond any budget or deadline Keel gives a call
 
 
@@ -91,93 +92,96 @@ class QueueStore(Store, Protocol):
 
 class FaultyStore:
     """A real store behind a switch: `mode` "ok" passes every call through, "raise" makes each
-    one raise `StoreError` and "hang" makes it never return (a hung Redis); `ping` answers
-    False instead. Change `mode` at any time. `calls` counts the calls that failed; the job
-    queue (`job_queue()`) follows the same switch and counts its own."""
+    one raise `StoreError`, "hang" makes it never return (a hung Redis) and "slow" makes it take
+    `delay` seconds before it goes through (a store that is merely slow); `ping` answers False
+    instead of raising or hanging. `only` limits the faults to the calls named (e.g. the job
+    queue's "complete", "retry", "bury"); None: every call. Change `mode` and `only` at any time.
+    `calls` counts the calls that failed, `faults` counts them by name; the job queue
+    (`job_queue()`) follows the same switch and counts its own `calls` too."""
 
-    def __init__(self, inner: QueueStore, mode: Fault = "raise") -> None:
+    def __init__(self, inner: QueueStore, mode: Fault = "raise", only: Collection[str] | None = None,
+                 delay: float = 0.0) -> None:
         self.inner = inner
         self.mode: Fault = mode
+        self.only: Collection[str] | None = only
+        self.delay = delay
         self.calls = 0
+        self.faults: Counter[str] = Counter()
 
-    async def fail(self, name: str) -> NoReturn:
+    def faulty(self, name: str) -> bool:
+        return self.mode != "ok" and (self.only is None or name in self.only)
+
+    async def fault(self, name: str) -> None:
+        """Whatever the switch says for this call: nothing, a pause, an error, or no return."""
+        if not self.faulty(name):
+            return
+        if self.mode == "slow":
+            await asyncio.sleep(self.delay)
+            return
         self.calls += 1
+        self.faults[name] += 1
         if self.mode == "hang":
             await asyncio.sleep(HANG_SECONDS)
         raise StoreError(f"{name}: injected fault")
 
     async def get(self, key: str) -> bytes | None:
-        if self.mode != "ok":
-            await self.fail("get")
+        await self.fault("get")
         return await self.inner.get(key)
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        if self.mode != "ok":
-            await self.fail("get_many")
+        await self.fault("get_many")
         return await self.inner.get_many(keys)
 
     async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
-        if self.mode != "ok":
-            await self.fail("set")
+        await self.fault("set")
         await self.inner.set(key, value, ttl)
 
     async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
-        if self.mode != "ok":
-            await self.fail("set_if_absent")
+        await self.fault("set_if_absent")
         return await self.inner.set_if_absent(key, value, ttl)
 
     async def delete(self, key: str) -> None:
-        if self.mode != "ok":
-            await self.fail("delete")
+        await self.fault("delete")
         await self.inner.delete(key)
 
     async def append(self, key: str, value: bytes, ttl: float | None = None) -> int:
-        if self.mode != "ok":
-            await self.fail("append")
+        await self.fault("append")
         return await self.inner.append(key, value, ttl)
 
     async def get_list(self, key: str) -> list[bytes]:
-        if self.mode != "ok":
-            await self.fail("get_list")
+        await self.fault("get_list")
         return await self.inner.get_list(key)
 
     async def hset(self, key: str, field: str, value: bytes) -> None:
-        if self.mode != "ok":
-            await self.fail("hset")
+        await self.fault("hset")
         await self.inner.hset(key, field, value)
 
     async def hget(self, key: str, field: str) -> bytes | None:
-        if self.mode != "ok":
-            await self.fail("hget")
+        await self.fault("hget")
         return await self.inner.hget(key, field)
 
     async def hgetall(self, key: str) -> dict[str, bytes]:
-        if self.mode != "ok":
-            await self.fail("hgetall")
+        await self.fault("hgetall")
         return await self.inner.hgetall(key)
 
     async def hdel(self, key: str, field: str) -> bool:
-        if self.mode != "ok":
-            await self.fail("hdel")
+        await self.fault("hdel")
         return await self.inner.hdel(key, field)
 
     async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
-        if self.mode != "ok":
-            await self.fail("incr")
+        await self.fault("incr")
         await self.inner.incr(key, deltas, ttl)
 
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
-        if self.mode != "ok":
-            await self.fail("counters")
+        await self.fault("counters")
         return await self.inner.counters(keys)
 
     async def ping(self) -> bool:
-        if self.mode == "ok":
-            return await self.inner.ping()
-        self.calls += 1
-        if self.mode == "hang":
-            await asyncio.sleep(HANG_SECONDS)
-        return False
+        try:
+            await self.fault("ping")
+        except StoreError:
+            return False
+        return await self.inner.ping()
 
     async def close(self) -> None:
         await self.inner.close()
@@ -195,12 +199,9 @@ class FaultyQueue:
         self.calls = 0
 
     async def _check(self, name: str) -> None:
-        if self.switch.mode == "ok":
-            return
-        self.calls += 1
-        if self.switch.mode == "hang":
-            await asyncio.sleep(HANG_SECONDS)
-        raise StoreError(f"{name}: injected fault")
+        if self.switch.faulty(name) and self.switch.mode != "slow":
+            self.calls += 1
+        await self.switch.fault(name)
 
     async def push(self, queue: str, job_id: str, payload: bytes) -> None:
         await self._check("push")

@@ -85,7 +85,7 @@ class Turn:
     codec: Codec = field(default_factory=ChatCodec)
     view: View | None = None  # what the codec made of the client's body (None: not read)
     scope: str = ""  # the caller's credential digest, see `Caller.scope`
-    memory_scope: str = ""  # see `Caller.memory_scope`
+    memory_scope: str | None = ""  # see `Caller.memory_scope` (None: a caller with no credential)
     bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
     plannable: bool = True  # False: a body Keel cannot hold (too deep); forwarded as sent
     client_messages: tuple[JsonObject, ...] = ()  # the client's own message objects, as parsed
@@ -94,6 +94,8 @@ class Turn:
     response_headers: Mapping[str, str] = field(default_factory=dict)
     record_fields: Mapping[str, Json] = field(default_factory=dict)  # for the newest turn record, written once
     notes: Mapping[str, Json] = field(default_factory=dict)  # why the prompt prefix may have changed (logs)
+    # Work that waits until the upstream accepts the turn (its first 2xx): nothing a refused turn asked for is kept.
+    on_accepted: tuple[Callable[[], Awaitable[None]], ...] = ()
 
     @property
     def stream(self) -> bool:
@@ -176,6 +178,9 @@ class Turn:
 
     def with_note(self, **notes: Json) -> Turn:
         return replace(self, notes={**self.notes, **notes})
+
+    def with_on_accepted(self, work: Callable[[], Awaitable[None]]) -> Turn:
+        return replace(self, on_accepted=(*self.on_accepted, work))
 
     def with_headers(self, **headers: str) -> Turn:
         return replace(self, response_headers={**self.response_headers, **headers})

@@ -153,20 +153,57 @@ def standin(token_counter: TokenCounter) -> Iterator[ServerThread]:
         yield server
 
 
+class NothingInternal:
+    """Keel's upstream in every test, passing each request on and keeping any whose body carries
+    Keel's own bookkeeping field (`_keel`, on view objects only): nothing internal goes upstream,
+    and a test whose Keel sent it fails at teardown."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.leaks: list[tuple[str, bytes]] = []
+
+    async def open(self, method: str, url: str, headers: Any, content: bytes | None) -> Any:
+        if content and b'"_keel"' in content:
+            try:
+                leaked = _has_keel_key(orjson.loads(content))
+            except orjson.JSONDecodeError:  # a body orjson cannot hold (numbers past 64 bits): by its bytes
+                leaked = b'"_keel":' in content
+            if leaked:
+                self.leaks.append((url, content[:400]))
+        return await self.inner.open(method, url, headers, content)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _has_keel_key(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "_keel" in value or any(_has_keel_key(v) for v in value.values())
+    return isinstance(value, list) and any(_has_keel_key(v) for v in value)
+
+
 @pytest.fixture
 def start_keel(tmp_path: Path) -> Iterator[Callable[..., ServerThread]]:
-    """Start Keel for a config; stopped at teardown."""
+    """Start Keel for a config; stopped at teardown, where any upstream body that carried Keel's
+    internal `_keel` field fails the test."""
+    from proxy.defaults import create_upstream
+
     started: list[ServerThread] = []
+    guards: list[NothingInternal] = []
     os.environ["KEEL_TEST_UPSTREAM_KEY"] = "sk-upstream-secret"
 
     def start(config: KeelConfig, **kwargs: Any) -> ServerThread:
-        server = ServerThread(create_app(config, **kwargs), server_config=config.server).__enter__()
+        guard = NothingInternal(kwargs.pop("upstream", None) or create_upstream(config.server))
+        guards.append(guard)
+        server = ServerThread(create_app(config, upstream=guard, **kwargs), server_config=config.server).__enter__()
         started.append(server)
         return server
 
     yield start
     for server in started:
         server.__exit__()
+    leaks = [leak for guard in guards for leak in guard.leaks]
+    assert not leaks, f"Keel sent its internal `_keel` field upstream: {leaks[:3]}"
 
 
 @pytest.fixture

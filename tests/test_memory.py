@@ -287,3 +287,56 @@ def test_gate_errors_run_the_memory_model(standin: ServerThread, start_keel: Cal
     metrics = httpx.get(keel.url + "/metrics").text
     assert 'keel_memory_gate_decisions_total{outcome="failed",tenant="acme"} 1.0' in metrics
     assert "judgment=\"memory_gate\"" not in metrics  # a failed judgment reports no usage
+
+
+@pytest.mark.parametrize("shape", ["responses", "messages"])
+def test_memory_model_requests_carry_nothing_internal(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                      shape: str) -> None:
+    """A memory ask on /v1/responses and /v1/messages: the memory model's request holds the
+    messages as the client sent them, without Keel's own `_keel` bookkeeping on any of them."""
+    keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                                   {"role": "user", "content": "please remember that my city is Porto"}]
+    if shape == "responses":
+        path, body = "/v1/responses", {"model": "m", "instructions": "Be brief.", "input": turns, "user": "ana"}
+    else:
+        path, body = "/v1/messages", {"model": "c", "max_tokens": 50, "system": "Be brief.", "messages": turns,
+                                      "metadata": {"user_id": "ana"}}
+    assert httpx.post(keel.url + path, headers={"authorization": f"Bearer {KEY}"}, json=body).status_code == 200
+    assert wait_for(lambda: memory_calls(standin) == 1)
+    asked = next(r for r in standin.app.state.standin.requests if "set_memory" in str(r.get("tools")))
+    assert "Porto" in str(asked["messages"]) and "_keel" not in str(asked)
+
+
+def keyless_tenant(url: str, **memory: Any) -> dict[str, Any]:
+    return {"id": "byo", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": url},
+            "memory": {"enabled": True, "gate": {"audit_rate": 0.0}, **memory}, "context": {"stable": True}}
+
+
+def keyless_chat(keel: ServerThread, text: str) -> None:
+    """A caller that sends no credential at all (a keyless upstream: a local model server), as `alice`."""
+    httpx.post(keel.url + "/v1/chat/completions", json={
+        "model": "m", "user": "alice", "messages": [{"role": "user", "content": text}]}).raise_for_status()
+
+
+def test_keyless_callers_keep_no_memory(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """Callers of a passthrough tenant who send no credential prove nothing about who they are:
+    nothing is kept for them, and none sees what another asked to keep under the same claimed name."""
+    keel = start_keel(keel_config(keyless_tenant(standin.url + "/v1")))
+    keyless_chat(keel, "please remember that my pin is PIN-4711")
+    time.sleep(1.0)  # the worker wakes as the turn ends: a job would have run by now
+    assert memory_calls(standin) == 0
+    keyless_chat(keel, "hi, who am I?")
+    assert "PIN-4711" not in str(turn_requests(standin)[-1])
+
+
+def test_keyless_callers_share_memory_when_the_tenant_says_so(standin: ServerThread,
+                                                             start_keel: Callable[..., ServerThread]) -> None:
+    """`memory.keyless: true`: a tenant whose callers are trusted (one app before a local model)
+    keeps memory for keyless callers, by the user name they claim."""
+    keel = start_keel(keel_config(keyless_tenant(standin.url + "/v1", keyless=True)))
+    keyless_chat(keel, "please remember that my pin is PIN-4711")
+    assert wait_for(lambda: memory_calls(standin) == 1)
+    time.sleep(0.3)
+    keyless_chat(keel, "hi, who am I?")
+    assert "PIN-4711" in str(turn_requests(standin)[-1])

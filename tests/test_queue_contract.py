@@ -105,3 +105,17 @@ async def test_concurrent_claims_lease_each_queue_once(queue: JobQueue) -> None:
     claimed = await asyncio.gather(*(queue.claim(f"w{i}", 30) for i in range(12)))
     jobs = [c for c in claimed if c is not None]
     assert sorted(j.id for j in jobs) == [f"q{q}j0" for q in range(5)]
+
+
+async def test_pushing_an_id_again_adds_nothing(queue: JobQueue) -> None:
+    """A push retried after a failure that may have pushed (a timeout) leaves one job: waiting,
+    running or dead, the first stays as it is."""
+    await queue.push("q", "j1", b"first")
+    await queue.push("q", "j1", b"again")
+    job = await queue.claim("w", 30)
+    assert job is not None and job.payload == b"first" and await queue.pending() == 1
+    await queue.push("q", "j1", b"while it runs")
+    assert await queue.bury(job, "w", "bad")
+    await queue.push("q", "j1", b"when dead")
+    assert await queue.pending() == 0 and await queue.claim("w", 30) is None
+    assert [d.payload for d in await queue.dead("q")] == [b"first"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from conftest import KEY, ServerThread, eventually, keel_config, tenant, tool
 
 from proxy.defaults import create_upstream
@@ -74,8 +75,29 @@ def test_faulty_store_on_demand_and_recording_upstream(standin: ServerThread, st
     keel = start_keel(config, store=store, upstream=upstream, ranker=FakeRanker(best=["send_email"]))
     assert ask(keel, "ana").status_code == 200
     assert shipped(orjson.loads(upstream.sent[-1].content or b"")) == ["tool_search"]  # nothing ranked lexically
-    assert store.calls == 1
+    assert store.calls - store.faults["ping"] == 1  # the turn's one call (the health monitor pings on its own)
     store.mode = "ok"
     assert ask(keel, "ana").status_code == 200
     assert shipped(orjson.loads(upstream.sent[-1].content or b"")) == ["send_email", "tool_search"]
     assert upstream.sent[-1].url == standin.url + "/v1/chat/completions"
+
+
+async def test_faulty_store_faults_only_the_calls_named_and_can_be_slow(tmp_path: Path) -> None:
+    """`only` picks the calls that fail (the rest pass); "slow" delays each call, and it succeeds."""
+    import time
+
+    from proxy.stores import StoreError
+
+    store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), mode="raise", only={"complete"})
+    queue = store.job_queue()
+    await queue.push("t/u", "j1", b"x")
+    job = await queue.claim("me", 5)
+    assert job is not None
+    with pytest.raises(StoreError):
+        await queue.complete(job, "me")
+    assert store.faults == {"complete": 1} and queue.calls == 1
+    store.mode, store.only, store.delay = "slow", None, 0.2
+    started = time.monotonic()
+    assert await queue.complete(job, "me")
+    assert time.monotonic() - started >= 0.2 and store.calls == 1
+    await store.close()

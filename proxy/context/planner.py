@@ -29,7 +29,7 @@ from proxy.context.update import Sampler, State, diff, prepend_updates
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
 from proxy.jsontext import JsonObject
 from proxy.memory.book import MemoryBook
-from proxy.memory.worker import memory_user
+from proxy.memory.planner import memory_user
 from proxy.messages import message_text, newest_user_text
 from proxy.turn import Turn
 

@@ -1,14 +1,20 @@
 """Durable after-turn memory jobs: one per new user message, on a per-user FIFO queue.
 
-Written before the response completes (deduplicated by the chain hash of the message they
-judge, so a regeneration is not judged again), claimed under a lease by one worker in any
-replica, retried with backoff, and buried with the reason when they keep failing. The
+Queued once the upstream accepted the turn (deduplicated by the chain hash of the message
+they judge, so a regeneration is not judged again), claimed under a lease by one worker in
+any replica, retried with backoff, and buried with the reason when they keep failing. The
 memory model's answer is saved on the job before it is applied, so a job re-run after a
 lost lease applies the same operations instead of asking the model again.
+
+Queueing may be tried again and again (retries, a spool replayed after a restart): the
+message's marker names the job's `ticket` until the worker has finished the job, a push of
+an id the queue holds does nothing, and a finished job's marker says so, so the same ask is
+queued once and run once however often it is offered.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field, replace
 
 from proxy import jsontext
@@ -17,6 +23,7 @@ from proxy.stores import Store, key
 from proxy.stores.queue import DeadJob, Job, JobQueue
 
 JUDGED_TTL = 90 * 24 * 3600
+FINISHED = b"finished"
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,7 @@ class MemoryJob:
     ops: list[MemoryOp] | None = None  # the memory model's answer, once it has run
     gate: str = ""  # the gate's decision, once made: run | skip | failed
     extra: JsonObject = field(default_factory=dict)
+    ticket: str = field(default_factory=lambda: uuid.uuid4().hex)  # this ask, among the turns that judge one message
 
     @property
     def queue(self) -> str:
@@ -46,7 +54,7 @@ class MemoryJob:
 
     def to_bytes(self) -> bytes:
         data = {"tenant": self.tenant, "owner": self.owner, "chain_hash": self.chain_hash, "window": self.window,
-                "queued_at": self.queued_at, "gate": self.gate, "extra": self.extra,
+                "queued_at": self.queued_at, "gate": self.gate, "extra": self.extra, "ticket": self.ticket,
                 "ops": None if self.ops is None else [[o.op, o.key, o.value] for o in self.ops]}
         return jsontext.dumps(data)
 
@@ -56,7 +64,7 @@ class MemoryJob:
         ops = data.get("ops")
         return cls(str(data["tenant"]), str(data["owner"]), str(data["chain_hash"]), list(data.get("window") or []),
                    float(data.get("queued_at") or 0), None if ops is None else [MemoryOp(*o) for o in ops],
-                   str(data.get("gate") or ""), dict(data.get("extra") or {}))
+                   str(data.get("gate") or ""), dict(data.get("extra") or {}), str(data.get("ticket") or ""))
 
 
 class MemoryJobs:
@@ -64,17 +72,23 @@ class MemoryJobs:
         self.store = store
         self.queue = queue
 
+    @staticmethod
+    def _marker(chain_hash: str) -> str:
+        return key("memory-jobs", "judged", chain_hash)
+
     async def enqueue(self, job: MemoryJob) -> bool:
-        """Queue a job once per user message; False when that message was already queued."""
-        judged = key("memory-jobs", "judged", job.chain_hash)
-        if not await self.store.set_if_absent(judged, b"1", JUDGED_TTL):
+        """Queue a job once per user message; False when another turn's job judges that message
+        (a regeneration), or this one was finished already. Safe to call again after a failure."""
+        judged, mine = self._marker(job.chain_hash), b"ticket:" + job.ticket.encode()
+        if not await self.store.set_if_absent(judged, mine, JUDGED_TTL) and await self.store.get(judged) != mine:
             return False
-        try:
-            await self.queue.push(job.queue, job.chain_hash, job.to_bytes())
-        except BaseException:
-            await self.store.delete(judged)  # not accepted: a retry of the turn may queue it
-            raise
+        await self.queue.push(job.queue, job.chain_hash, job.to_bytes())
         return True
+
+    async def finished(self, job: MemoryJob) -> None:
+        """Mark the message judged for good before its job leaves the queue: the same ask
+        offered again (a replayed spool) is not queued again."""
+        await self.store.set(self._marker(job.chain_hash), FINISHED, JUDGED_TTL)
 
     async def dead(self, tenant: str, limit: int = 100) -> list[DeadJob]:
         return await self.queue.dead(f"{tenant}/", limit)

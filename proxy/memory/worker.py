@@ -1,12 +1,15 @@
 """After the turn: the gate judges the newest user message; only a yes runs the memory model.
 
-`MemoryPlanner` queues a durable job for each new user message (before the response
-completes); `MemoryWorker` claims jobs from the per-user FIFO queues (any replica, one lease
-per user), after responses finish and on start (jobs left by a stopped process). Gate
+`MemoryPlanner` (`proxy/memory/planner.py`) makes a durable job for each new user message,
+queued by `MemoryIntake` once the upstream accepts the turn; `MemoryWorker` claims jobs from
+the per-user FIFO queues (any replica, one lease per user), as they are queued and on start
+(jobs left by a stopped process). Gate
 failures (timeout, error) run the memory model as usual: a missed request costs a memory, a
-false pass costs one call. A job whose memory model or store fails is retried with backoff
-and buried with the reason after `memory.jobs.max_attempts`; it blocks only the same user's
-later jobs, and only until then.
+false pass costs one call. A job whose memory model or store fails, or whose run overruns
+`memory.jobs.timeout_seconds`, is retried with backoff and buried with the reason after
+`memory.jobs.max_attempts`; it blocks only the same user's later jobs, and only until then.
+The loops outlive any error (a job the store could not settle is leased again once its
+lease runs out), and a `LoopSupervisor` restarts one that ends or stalls anyway.
 """
 
 from __future__ import annotations
@@ -21,22 +24,22 @@ import time
 import uuid
 
 from proxy.config import KeelConfig, TenantConfig
-from proxy.conversations import TurnKind
 from proxy.jsontext import Json
 from proxy.memory.book import Limits, MemoryBook, MemoryLimitError
 from proxy.memory.gate import GateResult, LexicalMemoryGate, MemoryGate, newest_window
 from proxy.memory.jobs import MemoryJob, MemoryJobs, MemoryOp
 from proxy.memory.llm_gate import LlmMemoryGate
 from proxy.memory.model import run_memory_model
+from proxy.memory.supervisor import Beat, LoopSupervisor
 from proxy.metrics import Metrics
 from proxy.savings.ledger import Ledger
 from proxy.stores.queue import Job
-from proxy.turn import Turn
 from proxy.upstream import Upstream
 
 log = logging.getLogger("keel.memory")
 POLL_SECONDS = 1.0  # how often an idle worker looks for jobs another replica queued
 CONCURRENCY = 4  # jobs one process works on at once (each on another user's queue)
+STALL_MARGIN = 30.0  # seconds past the longest job run (settling it, claiming the next) before a loop is stalled
 
 
 class PermanentJobError(Exception):
@@ -45,19 +48,6 @@ class PermanentJobError(Exception):
 
 class LeaseLostError(Exception):
     """Another worker owns the job now (this one was too slow to renew): leave it to them."""
-
-
-def memory_user(request: Turn) -> str | None:
-    """Whose memory applies, or None (no user, memory off, or switched off per request).
-
-    For a passthrough tenant the owner is the end user *under the caller's credential*: a
-    provider key proves nothing about who the user is, so another key never reaches it."""
-    if not request.tenant.memory.enabled or request.headers.get("x-keel-memory", "").lower() == "off":
-        return None
-    user = request.end_user
-    if user is None:
-        return None
-    return f"{request.memory_scope}/{user}" if request.memory_scope else user
 
 
 def audited(chain_hash: str, rate: float) -> bool:
@@ -71,27 +61,6 @@ def limits(tenant: TenantConfig) -> Limits:
     return Limits(cfg.max_entry_chars, cfg.max_entries, cfg.max_total_chars)
 
 
-class MemoryPlanner:
-    name = "memory"
-    after: tuple[str, ...] = ("tools",)  # the job holds the messages as the client sent them, hidden exchanges spliced
-
-    def __init__(self, jobs: MemoryJobs) -> None:
-        self.jobs = jobs
-
-    def applies(self, request: Turn) -> bool:
-        return memory_user(request) is not None
-
-    async def plan(self, request: Turn) -> Turn:
-        location, user = request.location, memory_user(request)
-        newest = location.chain.newest_user if location else None
-        if location is None or newest is None or user is None or location.kind is TurnKind.REGENERATED:
-            return request
-        cfg = request.tenant.memory.gate
-        window = list(request.client_messages[max(0, newest.index - cfg.context_messages) : newest.index + 1])
-        await self.jobs.enqueue(MemoryJob(request.tenant.id, user, newest.hash, window, time.time()))
-        return request
-
-
 class MemoryWorker:
     def __init__(self, config: KeelConfig, book: MemoryBook, jobs: MemoryJobs, upstream: Upstream,
                  metrics: Metrics, gate: MemoryGate | None = None, ledger: Ledger | None = None) -> None:
@@ -103,7 +72,8 @@ class MemoryWorker:
         self.lease = config.store.job_lease_seconds
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        longest = max((t.memory.jobs.timeout_seconds for t in config.tenants if t.memory.enabled), default=0.0)
+        self.loops = LoopSupervisor("memory", self._loop, CONCURRENCY, metrics, longest + STALL_MARGIN)
 
     def gate_for(self, tenant: TenantConfig) -> MemoryGate:
         if self.injected is not None:
@@ -113,19 +83,22 @@ class MemoryWorker:
         return self.lexical
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop()) for _ in range(CONCURRENCY)]
+        self.loops.start()
         self._wake.set()  # finish what a stopped process left
 
     def wake(self) -> None:
         self._wake.set()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.loops.stop()
 
-    async def _loop(self) -> None:
+    def status(self) -> dict[str, int]:
+        return self.loops.status()
+
+    async def _loop(self, beat: Beat) -> None:
+        """Claim and run jobs, forever: no error ends it (the supervisor restarts it if one does)."""
         while True:
+            beat()
             self._wake.clear()  # before looking: a job queued while we look wakes the wait below
             try:
                 job = await self.jobs.queue.claim(self.owner, self.lease)
@@ -136,7 +109,12 @@ class MemoryWorker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
                 continue
-            await self.run(job)
+            beat()
+            try:
+                await self.run(job)
+            except Exception as exc:  # settling failed (the store): the job's lease runs out and it is run again
+                log.warning("memory_job_unsettled", extra={"job": job.id, "error": repr(exc)})
+                await asyncio.sleep(POLL_SECONDS)
 
     async def run_pending(self) -> int:
         """Work until no job is ready (tests and `keel` tools; the loops do this in the background)."""
@@ -152,8 +130,10 @@ class MemoryWorker:
         tenant_id = job.queue.split("/", 1)[0]
         tenant = self.tenants.get(tenant_id)
         queue = self.jobs.queue
+        timeout = tenant.memory.jobs.timeout_seconds if tenant is not None else None
         try:
-            await self.handle(job)
+            async with asyncio.timeout(timeout):
+                await self.handle(job)
         except LeaseLostError:
             log.warning("memory_job_lease_lost", extra={"job": job.id})
         except PermanentJobError as exc:
@@ -222,6 +202,7 @@ class MemoryWorker:
             if not await self.jobs.queue.save(job, self.owner, memory_job.to_bytes()):
                 raise LeaseLostError(job.id)
         await self.apply(tenant, memory_job)
+        await self.jobs.finished(memory_job)  # before `complete`: a replay of this ask finds it done
         self.metrics.memory_job_delay.labels(tenant.id).observe(max(0.0, time.time() - memory_job.queued_at))
 
     async def decide(self, tenant: TenantConfig, job: MemoryJob) -> tuple[list[MemoryOp], str]:

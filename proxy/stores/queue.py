@@ -44,7 +44,8 @@ class DeadJob:
 
 class JobQueue(Protocol):
     async def push(self, queue: str, job_id: str, payload: bytes) -> None:
-        """Append a job at the tail of `queue` (ids are unique: the caller deduplicates)."""
+        """Append a job at the tail of `queue`. An id the queue holds (waiting, running or dead)
+        is not added again: pushing again after a failure that may have pushed is harmless."""
         ...
 
     async def claim(self, owner: str, lease: float) -> Job | None:

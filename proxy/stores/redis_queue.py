@@ -38,6 +38,7 @@ local function release(prefix, queue, at)
 end
 """
 PUSH = """
+if redis.call('EXISTS', ARGV[1] .. 'job:' .. ARGV[3]) == 1 then return 0 end
 redis.call('HSET', ARGV[1] .. 'job:' .. ARGV[3], 'queue', ARGV[2], 'payload', ARGV[4], 'attempts', 0, 'claims', 0,
            'enqueued_at', ARGV[5], 'reason', '')
 redis.call('RPUSH', ARGV[1] .. 'q:' .. ARGV[2], ARGV[3])

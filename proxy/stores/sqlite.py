@@ -2,7 +2,9 @@
 
 sqlite3 calls block, so they run on one dedicated thread per store (a connection is not
 shared across threads); WAL lets other processes read while one writes, and a busy timeout
-makes concurrent writers wait instead of failing.
+makes concurrent writers wait instead of failing. Every call first checks that the file the
+connection holds is still the one at the path: a deleted or replaced file is reopened, every
+table (the job queue's too) created again, so writes never vanish with an unlinked inode.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TypeVar
 
 from proxy.stores import StoreError
 from proxy.stores.queue import JobQueue
+from proxy.stores.sqlite_queue import SCHEMA as QUEUE_SCHEMA
 from proxy.stores.sqlite_queue import SqliteJobQueue
 
 T = TypeVar("T")
@@ -48,7 +51,7 @@ class SqliteStore:
             conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
+            conn.executescript(_SCHEMA + QUEUE_SCHEMA)
             self._conn = conn
             self._inode = self._file_inode()
         return self._conn
@@ -63,15 +66,20 @@ class SqliteStore:
 
     def _check_file(self) -> sqlite3.Connection:
         """A deleted or replaced database file: writes would vanish with the old inode, so
-        reconnect (recreating it); a directory that cannot be written fails the probe."""
+        reconnect (recreating it and its tables); a directory that cannot be written fails.
+        A -wal or -shm left beside a deleted file belongs to the old one: SQLite would replay
+        it into the new file, so it goes too."""
         if self._conn is not None and self._file_inode() != self._inode:
             self._conn.close()
             self._conn = None
+            if self._file_inode() == -1:
+                for stale in (Path(self.path + "-wal"), Path(self.path + "-shm")):
+                    stale.unlink(missing_ok=True)
         return self._connect()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
-            conn = self._connect()
+            conn = self._check_file()
             self._ops += 1
             if self._ops % 1000 == 0:
                 self._purge(conn)

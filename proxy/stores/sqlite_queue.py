@@ -59,14 +59,10 @@ def _release(conn: sqlite3.Connection, queue: str, delay: float = 0.0) -> None:
 
 class SqliteJobQueue:
     def __init__(self, run: Runner) -> None:
-        self.run = run
-        self._ready = False
+        self.run = run  # its connection has the tables (`SqliteStore` creates them with its own)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call(conn: sqlite3.Connection) -> T:
-            if not self._ready:
-                conn.executescript(SCHEMA)
-                self._ready = True
             return _transaction(conn, fn)
 
         result: T = await self.run(call)
@@ -75,9 +71,10 @@ class SqliteJobQueue:
     async def push(self, queue: str, job_id: str, payload: bytes) -> None:
         def fn(conn: sqlite3.Connection) -> None:
             now = time.time()
-            conn.execute("INSERT INTO jobs (id, queue, payload, enqueued_at) VALUES (?, ?, ?, ?)",
-                         (job_id, queue, payload, now))
-            conn.execute("INSERT OR IGNORE INTO queues (queue, ready_at) VALUES (?, ?)", (queue, now))
+            added = conn.execute("INSERT OR IGNORE INTO jobs (id, queue, payload, enqueued_at) VALUES (?, ?, ?, ?)",
+                                 (job_id, queue, payload, now)).rowcount
+            if added:
+                conn.execute("INSERT OR IGNORE INTO queues (queue, ready_at) VALUES (?, ?)", (queue, now))
 
         await self._run(fn)
 
