@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,7 +51,9 @@ def bodies() -> dict[str, bytes]:
     small = {"model": "gpt-4o-mini", "messages": chat}
     medium = {"model": "gpt-4o-mini", "messages": chat[:3], "tools": spread(tools, 50)}
     large = {"model": "gpt-4o-mini", "messages": chat[:3], "tools": spread(tools, 200)}
-    return {name: orjson.dumps(b) for name, b in (("20 messages", small), ("50 tools", medium), ("200 tools", large))}
+    out = {name: orjson.dumps(b) for name, b in (("20 messages", small), ("50 tools", medium), ("200 tools", large))}
+    out["200 tools, spaced"] = json.dumps(large, indent=1).encode()  # as some clients write it: same meaning
+    return out
 
 
 def as_responses(body: dict[str, Any]) -> dict[str, Any]:

@@ -230,7 +230,8 @@ class Keel:
 
             if codec is None:
                 return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
-            parsed = parse_turn(raw, caller, request.headers, rid, codec, self.resent, self.pipeline.plans)
+            parsed = parse_turn(raw, caller, request.headers, rid, codec, self.resent, self.pipeline.plans,
+                                self.pipeline.might_plan)
             if codec.shape == "responses" and not tenant.auth.passthrough:  # one provider key for every caller
                 await self.owners.check(parsed)
                 return await self.owners.watch(parsed, await self._turn(parsed, raw, send, rid, done, codec))

@@ -128,14 +128,19 @@ def request_id(headers: Mapping[str, str]) -> str:
 
 def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
                codec: Codec | None = None, resent: jsontext.Resent | None = None,
-               plans: Callable[[Turn], bool] | None = None) -> Turn:
+               plans: Callable[[Turn], bool] | None = None,
+               might_plan: Callable[[TenantConfig], bool] | None = None) -> Turn:
     """The client's body, read by the codec of its API shape into the planners' view (a tools
     array seen before, byte for byte, is not parsed again: `resent`). `plans`: would any planner
     act on this turn? When none would, no view is made: the turn goes upstream as the client's
-    bytes, and whatever the upstream makes of its body is the client's own answer."""
+    bytes, and whatever the upstream makes of its body is the client's own answer.
+    `might_plan`: could any act for this tenant at all? When none could, the body is only read."""
     codec = codec or ChatCodec()
+    # A tenant no planner can act for: read to check, never written back (numbers unchecked).
+    read_only = might_plan is not None and not might_plan(caller.tenant)
     try:
-        body = resent.loads(raw) if resent is not None else jsontext.loads(raw)
+        loads = jsontext.read if read_only else resent.loads if resent is not None else jsontext.loads
+        body = loads(raw)
     except jsontext.UnreadableJsonError:  # valid, but too deep to plan: the client's bytes go upstream
         return Turn(caller.tenant, raw, {}, headers, rid, codec, scope=caller.scope, plannable=False)
     except ValueError as exc:

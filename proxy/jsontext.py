@@ -8,7 +8,8 @@ library, each such number kept as its own text, which `dumps` writes back verbat
 order is never sorted on the way out: a JSON schema's property order is what Structured
 Outputs generate in. Only hashes use `canonical`, which sorts keys.
 
-`Resent` parses a big member a client resends byte for byte (an agent's tools array, on every
+`read` is orjson's reading alone, for a body Keel never writes back (a turn no planner acts
+on): its numbers are not checked. `Resent` parses a big member a client resends byte for byte (an agent's tools array, on every
 call) once: a later body whose member starts with the same bytes is parsed without it.
 """
 
@@ -104,6 +105,17 @@ def loads(raw: bytes) -> Json:
         raise UnreadableJsonError("nesting too deep") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8: {exc}") from None
+
+
+def read(raw: bytes) -> Json:
+    """Parse JSON for reading only: orjson's reading, numbers as orjson makes them (no round-trip
+    check; a body read this way is never written back). Same errors as `loads`."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc).lower() or "recursion" in str(exc).lower():
+            raise UnreadableJsonError(str(exc)) from None
+    return loads(raw)  # what orjson refuses the standard library may still read
 
 
 def _int(text: str) -> int:

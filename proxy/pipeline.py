@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Protocol, TypeVar, runtime_checkable
 
 from proxy.chain import ContextDigests, Meanings, namespace
+from proxy.config import TenantConfig
 from proxy.conversations import Conversations, TurnKind
 from proxy.metrics import Metrics
 from proxy.proofs import history_fragments
@@ -41,6 +42,16 @@ class Planner(Protocol):
         ...
 
     async def plan(self, request: Turn) -> Turn: ...
+
+
+@runtime_checkable
+class ForTenant(Planner, Protocol):
+    """A planner that can tell from the tenant alone that it never applies (its feature is off),
+    so a tenant with every feature off is read without building anything the planners need."""
+
+    def for_tenant(self, tenant: TenantConfig) -> bool:
+        """False when no request of this tenant can ever need this planner."""
+        ...
 
 
 @runtime_checkable
@@ -74,10 +85,19 @@ class Pipeline:
         self.store_healthy = store_healthy
         self.deadline = deadline
         self.digests = ContextDigests()
+        self._might: dict[str, bool] = {}
 
     def plans(self, request: Turn) -> bool:
         """Would any planner act on this turn? (None: it goes upstream as the client sent it.)"""
         return any(p.applies(request) for p in self.planners)
+
+    def might_plan(self, tenant: TenantConfig) -> bool:
+        """Could any planner act on some request of this tenant? (Config is fixed: asked once.)"""
+        found = self._might.get(tenant.id)
+        if found is None:
+            found = self._might[tenant.id] = any(not isinstance(p, ForTenant) or p.for_tenant(tenant)
+                                                 for p in self.planners)
+        return found
 
     async def run(self, request: Turn) -> Turn:
         active = [p for p in self.planners if p.applies(request)]

@@ -117,3 +117,21 @@ def test_default_planners_run_in_designed_order() -> None:
         {"id": "t", "auth": {"keys": ["sha256:" + "0" * 64]}, "upstream": {"base_url": "http://127.0.0.1:9/v1"}}]}, "t")
     keel = create_app(config).state.keel
     assert [p.name for p in keel.pipeline.planners] == ["tools", "memory", "context", "cache"]
+
+
+def test_a_tenant_with_every_feature_off_is_only_read() -> None:
+    """The pipeline tells from the tenant alone that no default planner can act (its body is then
+    read, never checked for writing back); a planner that cannot tell (no for_tenant) counts."""
+    from proxy.app import create_app
+    from proxy.config import parse_config
+    from proxy.testing import FailingPlanner
+
+    config = parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [
+        {"id": "off", "auth": {"keys": ["sha256:" + "0" * 64]}, "upstream": {"base_url": "http://up/v1"}},
+        {"id": "on", "auth": {"keys": ["sha256:" + "1" * 64]}, "upstream": {"base_url": "http://up/v1"},
+         "context": {"stable": True}}]}, "test")
+    off, on = config.tenants
+    pipeline = create_app(config).state.keel.pipeline
+    assert not pipeline.might_plan(off) and pipeline.might_plan(on)
+    custom = create_app(config, planners=lambda defaults: [*defaults, FailingPlanner()]).state.keel.pipeline
+    assert custom.might_plan(off)

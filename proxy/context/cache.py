@@ -16,6 +16,7 @@ import hashlib
 
 from proxy import breakpoints
 from proxy.breakpoints import MAX_BREAKPOINTS
+from proxy.config import TenantConfig
 from proxy.jsontext import Json, JsonObject
 from proxy.turn import Turn
 
@@ -65,8 +66,10 @@ class CachePlanner:
     after: tuple[str, ...] = ("tools", "memory", "context")  # breakpoints go on the prompt as the others left it
 
     def applies(self, request: Turn) -> bool:
-        cache = request.tenant.cache
-        return cache.breakpoints == "auto" or cache.prompt_cache_key == "auto"
+        return self.for_tenant(request.tenant)
+
+    def for_tenant(self, tenant: TenantConfig) -> bool:
+        return tenant.cache.breakpoints == "auto" or tenant.cache.prompt_cache_key == "auto"
 
     async def plan(self, request: Turn) -> Turn:
         cache = request.tenant.cache

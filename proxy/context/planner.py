@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from proxy import jsontext
 from proxy.codecs import KEEL
+from proxy.config import TenantConfig
 from proxy.context.dates import speaks_of_time
 from proxy.context.update import Sampler, State, diff, prepend_updates
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
@@ -98,7 +99,10 @@ class ContextPlanner:
         self.sampler = Sampler(conversations.blobs)
 
     def applies(self, request: Turn) -> bool:
-        return request.tenant.context.stable
+        return self.for_tenant(request.tenant)
+
+    def for_tenant(self, tenant: TenantConfig) -> bool:
+        return tenant.context.stable
 
     async def plan(self, request: Turn) -> Turn:
         location = request.location

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from proxy.codecs import strip_keel
+from proxy.config import TenantConfig
 from proxy.conversations import Conversations, TurnKind
 from proxy.jsontext import JsonObject
 from proxy.memory.intake import MemoryIntake
@@ -64,6 +65,9 @@ class MemoryPlanner:
 
     def applies(self, request: Turn) -> bool:
         return memory_user(request) is not None
+
+    def for_tenant(self, tenant: TenantConfig) -> bool:
+        return tenant.memory.enabled
 
     async def plan(self, request: Turn) -> Turn:
         location, user = request.location, memory_user(request)

@@ -128,7 +128,10 @@ class ToolPlanner:
         self.shapes: tuple[str, ...] = ("chat", "responses", "messages")  # shapes the responder reads
 
     def applies(self, request: Turn) -> bool:
-        return request.tenant.tools.enabled
+        return self.for_tenant(request.tenant)
+
+    def for_tenant(self, tenant: TenantConfig) -> bool:
+        return tenant.tools.enabled
 
     async def plan(self, request: Turn) -> Turn:
         return await self._plan(request, stored=True)
