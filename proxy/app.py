@@ -45,7 +45,7 @@ from proxy.memory.worker import MemoryPlanner, MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import ResponseOwners
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
-from proxy.relay import relay, upstream_headers
+from proxy.relay import provider_request_id, relay, upstream_headers
 from proxy.rounds.responder import ToolSearchResponder
 from proxy.savings.ledger import Ledger
 from proxy.savings.meter import TRACE, Meter, Trace, traced
@@ -168,8 +168,9 @@ class Keel:
         return b"".join(chunks)
 
     def finisher(self, caller: Caller | None, route: str, method: str, path: str, rid: str,
-                 started: float, bytes_in: int) -> Callable[[Outcome], None]:
-        """A callback that logs and counts the request once its response is complete."""
+                 started: float, bytes_in: int, upstream_ids: Sequence[str] = ()) -> Callable[[Outcome], None]:
+        """A callback that logs and counts the request once its response is complete; the log
+        names Keel's id and the provider's for each upstream call (`upstream_ids`, filled as they come)."""
         tenant = caller.tenant.id if caller else "-"
 
         def done(outcome: Outcome) -> None:
@@ -181,7 +182,8 @@ class Keel:
                 log.info(
                     "request",
                     extra={
-                        "request_id": rid, "tenant": tenant, "method": method, "path": path,
+                        "request_id": rid, "upstream_request_ids": list(upstream_ids), "tenant": tenant,
+                        "method": method, "path": path,
                         "status": outcome.status, "latency_ms": round(elapsed * 1000, 2),
                         "bytes_in": bytes_in, "bytes_out": outcome.bytes_out, "error": outcome.error,
                     },
@@ -196,6 +198,7 @@ class Keel:
         rid = request_id(request.headers)
         caller: Caller | None = None
         bytes_in = 0
+        upstream_ids: list[str] = []  # the provider's id of each upstream reply, for the log
         try:
             caller = self.auth.authenticate(request.headers)
             raw = await self.read_body(request)
@@ -209,7 +212,8 @@ class Keel:
                                        caller.upstream_api_key)
             if codec is not None and "accept-encoding" in headers:  # Keel reads these replies: only what it decodes
                 headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
-            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
+            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
+                                 upstream_ids)
 
             async def send(content: bytes | None) -> UpstreamResponse:
                 try:
@@ -218,6 +222,9 @@ class Keel:
                     self.metrics.upstream_errors.labels(tenant.id, exc.code).inc()
                     raise
                 self.metrics.upstream_status.labels(tenant.id, str(response.status)).inc()
+                provider_id = provider_request_id(response)
+                if provider_id is not None:
+                    upstream_ids.append(provider_id)
                 return response
 
             if codec is None:
@@ -228,7 +235,8 @@ class Keel:
                 return await self.owners.watch(parsed, await self._turn(parsed, raw, send, rid, done, codec))
             return await self._turn(parsed, raw, send, rid, done, codec)
         except ProxyError as exc:
-            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
+            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
+                                 upstream_ids)
             done(Outcome(status=exc.status, error=exc.code))
             return error_response(exc, rid, codec.shape if codec is not None else "chat")
 
@@ -336,7 +344,7 @@ def _then(done: Callable[[Outcome], None], after: Callable[[], None]) -> Callabl
 
 
 def error_response(exc: ProxyError, rid: str | None = None, shape: str = "chat") -> Response:
-    headers = {"x-request-id": rid} if rid else None
+    headers = {"x-request-id": rid, "x-keel-request-id": rid} if rid else None
     return Response(exc.body(shape), status_code=exc.status, media_type="application/json", headers=headers)
 
 

@@ -54,9 +54,18 @@ def upstream_headers(
 
 
 def client_headers(upstream: UpstreamResponse, request_id: str) -> dict[str, str]:
+    """The upstream's headers for the client. The provider's `x-request-id` stays (an SDK's error
+    and a support ticket quote it); Keel's own id goes beside it as `x-keel-request-id`, and stands
+    in as `x-request-id` only when the provider sent none."""
     headers = {k: v for k, v in upstream.headers if k not in HOP_BY_HOP}
-    headers["x-request-id"] = request_id
+    headers.setdefault("x-request-id", request_id)
+    headers["x-keel-request-id"] = request_id
     return headers
+
+
+def provider_request_id(upstream: UpstreamResponse) -> str | None:
+    """The provider's id for one reply: OpenAI's `x-request-id`, Anthropic's `request-id`."""
+    return header(upstream, "x-request-id") or header(upstream, "request-id") or None
 
 
 def _streams(response: UpstreamResponse) -> bool:
