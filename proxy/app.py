@@ -201,15 +201,14 @@ class Keel:
         upstream_ids: list[str] = []  # the provider's id of each upstream reply, for the log
         try:
             caller = self.auth.authenticate(request.headers)
+            path = upstream_path(request.scope)
+            query = request.scope.get("query_string", b"").decode("latin-1")
+            self.auth.refuse_keel_keys(caller, request.headers.items(), query, path)
             raw = await self.read_body(request)
             bytes_in = len(raw)
             tenant = caller.tenant
-            url = tenant.upstream.base_url + "/" + upstream_path(request.scope)
-            query = request.scope.get("query_string", b"")
-            if query:
-                url += "?" + query.decode("latin-1")
-            headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid,
-                                       caller.upstream_api_key)
+            url = tenant.upstream.base_url + "/" + path + ("?" + query if query else "")
+            headers = upstream_headers(request.headers, caller.upstream_credentials, tenant.upstream.headers, rid)
             if codec is not None and "accept-encoding" in headers:  # Keel reads these replies: only what it decodes
                 headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
