@@ -43,13 +43,14 @@ from proxy.memory.gate import MemoryGate
 from proxy.memory.jobs import MemoryJobs
 from proxy.memory.worker import MemoryPlanner, MemoryWorker
 from proxy.metrics import Metrics
-from proxy.owners import ResponseOwners
+from proxy.owners import Owners, checkable, shown_by
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
 from proxy.relay import provider_request_id, relay, upstream_headers
 from proxy.rounds.responder import ToolSearchResponder
 from proxy.savings.ledger import Ledger
 from proxy.savings.meter import TRACE, Meter, Trace, traced
 from proxy.savings.page import SavingsPage
+from proxy.stored import route as stored_route
 from proxy.stores import Store
 from proxy.stores.guard import Breaker, GuardedStore
 from proxy.tokens import TokenCounter
@@ -109,7 +110,7 @@ class Keel:
         self.metrics.store_up.set(1)
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background)
-        self.owners = ResponseOwners(self.store, config.store.conversation_ttl_seconds)
+        self.owners = Owners(self.store, background)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.memory_jobs = MemoryJobs(self.store, self.store.job_queue())  # queued on the request path
@@ -204,6 +205,10 @@ class Keel:
             path = upstream_path(request.scope)
             query = request.scope.get("query_string", b"").decode("latin-1")
             self.auth.refuse_keel_keys(caller, request.headers.items(), query, path)
+            reached = stored_route(request.method, path) if caller.keyed and codec is None else None
+            if reached is not None:  # a path that may name stored objects under the tenant's one provider key
+                owner = caller.owner(request.headers.get("x-keel-user"))
+                await self.owners.admit(owner, reached)
             raw = await self.read_body(request)
             bytes_in = len(raw)
             tenant = caller.tenant
@@ -227,12 +232,23 @@ class Keel:
                 return response
 
             if codec is None:
-                return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
+                if reached is not None and reached.kind == "action":
+                    await self.owners.check(owner, checkable(raw, owner))
+                relayed = await self.relay_counted(await send(raw or None), rid, done, tenant.id)
+                if reached is not None and (reached.kind == "create" or reached.items):
+                    return await self.owners.watch(owner, relayed, items=reached.items)
+                return relayed
             parsed = parse_turn(raw, caller, request.headers, rid, codec, self.resent, self.pipeline.plans)
-            if codec.shape == "responses" and not tenant.auth.passthrough:  # one provider key for every caller
-                await self.owners.check(parsed)
-                return await self.owners.watch(parsed, await self._turn(parsed, raw, send, rid, done, codec))
-            return await self._turn(parsed, raw, send, rid, done, codec)
+            if not caller.keyed:  # a passthrough caller's own provider key: the provider tells callers apart
+                return await self._turn(parsed, raw, send, rid, done, codec)
+            owner = caller.owner(parsed.end_user)  # one provider key for every caller: what it names must be its own
+            wire = parsed.view.wire if parsed.view is not None else parsed.body
+            if not wire and owner.scoped:  # nothing read: a body too deep to hold is refused to a scoped caller
+                wire = checkable(raw, owner)
+            await self.owners.check(owner, wire)
+            events = shown_by(codec.shape, wire)
+            answer = await self._turn(parsed, raw, send, rid, done, codec)
+            return answer if events is None else await self.owners.watch(owner, answer, events=events)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
                                  upstream_ids)
@@ -330,6 +346,7 @@ class Keel:
         await self.memory_worker.stop()
         await self.ledger.drain()
         await self.conversations.proofs.drain()
+        await self.owners.drain()
         await self.upstream.aclose()
         await self.store.close()
 
@@ -405,7 +422,13 @@ def create_app(
 
         return guarded(handler, codec.shape)
 
+    codecs: dict[str, Codec] = {"chat": ChatCodec(), "responses": ResponsesCodec(), "messages": MessagesCodec()}
+
     async def passthrough(request: Request) -> Response:
+        """Any other /v1 path; an API route spelled otherwise (`/v1//Responses`) is still that route."""
+        reached = stored_route(request.method, str(request.scope["path"]).removeprefix("/v1/"))
+        if reached.shape is not None:
+            return await keel.forward(request, reached.shape, codecs[reached.shape])
         return await keel.forward(request, "passthrough", None)
 
     async def healthz(request: Request) -> Response:
@@ -424,9 +447,9 @@ def create_app(
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     # Plain Starlette routes: the hot path skips FastAPI's dependency injection.
-    app.router.add_route("/v1/chat/completions", shaped(ChatCodec()), methods=["POST"])
-    app.router.add_route("/v1/responses", shaped(ResponsesCodec()), methods=["POST"])
-    app.router.add_route("/v1/messages", shaped(MessagesCodec()), methods=["POST"])
+    app.router.add_route("/v1/chat/completions", shaped(codecs["chat"]), methods=["POST"])
+    app.router.add_route("/v1/responses", shaped(codecs["responses"]), methods=["POST"])
+    app.router.add_route("/v1/messages", shaped(codecs["messages"]), methods=["POST"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.router.add_route("/readyz", readyz, methods=["GET"])
     app.router.add_route("/metrics", metrics, methods=["GET"])

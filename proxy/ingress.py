@@ -12,6 +12,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from proxy import jsontext
 from proxy.codecs import Codec
@@ -19,6 +20,7 @@ from proxy.codecs.chat import ChatCodec
 from proxy.config import TenantConfig, key_digests
 from proxy.credentials import CREDENTIAL_HEADERS, KeelKeys
 from proxy.errors import AuthenticationError, BadRequestError, ForbiddenError
+from proxy.owners import Owner, provider_account
 from proxy.turn import Turn
 
 
@@ -30,12 +32,19 @@ class Caller:
     keyed: bool = False  # authenticated by a Keel key (not a passthrough tenant's own provider key)
     scope: str = ""  # a digest of the caller's credentials: part of every conversation's seed
     bound_user: str | None = None  # a user key: the one end user it acts as
+    account: str = ""  # a keyed caller's provider account (`proxy.owners.provider_account`)
+    shared: bool = False  # other Keel keys reach that account too
 
     @property
     def memory_scope(self) -> str:
         """What separates memory beyond tenant and user: a passthrough caller's credentials (a
         provider key proves nothing about who the user is); a Keel key's tenant is enough."""
         return "" if self.keyed else self.scope
+
+    def owner(self, stated_user: str | None) -> Owner:
+        """This caller as the owner of what it stores (`stated_user`: the end user the request
+        names; a user key's own always)."""
+        return Owner(self.account, self.scope, self.bound_user or stated_user or None, self.shared)
 
 
 def credential_scope(credential: str) -> str:
@@ -62,6 +71,11 @@ class Authenticator:
         self._by_id = {t.id: t for t in tenants}
         self._default = next((t for t in tenants if t.default and t.auth.passthrough), None)
         self.keys = KeelKeys([d for d, _, _ in (*self._keyed, *self._bound)], keel_key_prefixes)
+        self._accounts = {t.id: provider_account(t) for t in tenants if not t.auth.passthrough}
+        reaching: dict[str, set[bytes]] = {}  # provider account -> the Keel keys that reach it
+        for digest, tenant, _ in (*self._keyed, *self._bound):
+            reaching.setdefault(self._accounts[tenant.id], set()).add(digest)
+        self._shared = {account for account, digests in reaching.items() if len(digests) > 1}
 
     @staticmethod
     def _upstream_credentials(tenant: TenantConfig) -> dict[str, str]:
@@ -100,15 +114,19 @@ class Authenticator:
                 match = (tenant, admin)
         if match is not None:
             return Caller(match[0], self._upstream_credentials(match[0]), match[1], keyed=True,
-                          scope=credential_scope(token))
+                          scope=credential_scope(token), **self._account(match[0]))
         bound: tuple[TenantConfig, str] | None = None
         for candidate, tenant, user in self._bound:
             if hmac.compare_digest(candidate, digest) and bound is None:
                 bound = (tenant, user)
         if bound is not None:
             return Caller(bound[0], self._upstream_credentials(bound[0]), keyed=True, bound_user=bound[1],
-                          scope=credential_scope(token))
+                          scope=credential_scope(token), **self._account(bound[0]))
         return None
+
+    def _account(self, tenant: TenantConfig) -> dict[str, Any]:  # Any: Caller's keyword arguments
+        account = self._accounts[tenant.id]
+        return {"account": account, "shared": account in self._shared}
 
     def refuse_keel_keys(self, caller: Caller, headers: Iterable[tuple[str, str]], query: str, path: str) -> None:
         """A 401 for a request that would carry a Keel key upstream in any slot: a header, a
