@@ -332,3 +332,24 @@ def test_stream_with_done_but_no_finish_reason_is_complete(start_keel: Callable[
     events = [*sse(delta(role="assistant", content=""), delta(content="Hello")), b"data: [DONE]\n\n"]
     received = stream_through(start_keel, [(200, b"text/event-stream", events, [])], TOOLS_ON)
     assert received.endswith(b"data: [DONE]\n\n") and b'"error"' not in received
+
+
+@pytest.mark.parametrize("calls", [5, "call", {"id": "c1"}, [5, None, "x"]], ids=["number", "string", "object", "list-of-odd"])
+def test_odd_tool_calls_are_the_clients_own_input(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                  calls: Any) -> None:
+    """An assistant `tool_calls` that is a number (or another odd value) made a stage raise, a planner
+    failure in metrics; it is the client's own input: every stage reads it as no calls, the turn is
+    planned, and the upstream gets the value as the client sent it."""
+    features = {"tools": {"enabled": True, "defer": {"min_tools": 3}}, "context": {"stable": True}}
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", **features)))
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "tool_calls": calls},
+                {"role": "user", "content": "archive ticket 7"}]
+    reply = httpx.post(keel.url + "/v1/chat/completions", headers=AUTH,
+                       json={"model": "m", "tools": small_catalog(), "messages": messages})
+    assert reply.status_code == 200 and "x-keel-tools" in reply.headers
+    failures = keel.app.state.keel.metrics.registry.get_sample_value(
+        "keel_planner_failures_total", {"tenant": "acme", "planner": "locate"})
+    assert not failures and not [line for line in httpx.get(keel.url + "/metrics").text.splitlines()
+                                 if line.startswith("keel_planner_failures_total{")]
+    sent = standin.app.state.standin.requests[-1]["messages"]
+    assert [m["tool_calls"] for m in sent if m["role"] == "assistant"] == [calls]
