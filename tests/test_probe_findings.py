@@ -353,3 +353,22 @@ def test_odd_tool_calls_are_the_clients_own_input(standin: ServerThread, start_k
                                  if line.startswith("keel_planner_failures_total{")]
     sent = standin.app.state.standin.requests[-1]["messages"]
     assert [m["tool_calls"] for m in sent if m["role"] == "assistant"] == [calls]
+
+
+SEARCH_ANSWER = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+    "role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "tool_search", "arguments": '{"query": "archive"}'}}]}}]}
+
+
+@pytest.mark.parametrize("kind", [b"text/html", b"text/plain", b"application/octet-stream"])
+def test_continuation_that_is_not_json_is_a_502(start_keel: Callable[..., ServerThread], kind: bytes) -> None:
+    """A continued call (after Keel answered tool_search) that answered 200 with an HTML page was relayed
+    labelled application/json; it is a 502 in the client's shape, saying what came back."""
+    first = (200, b"application/json", [orjson.dumps(SEARCH_ANSWER)], [])
+    page = (200, kind, [b"<html><body>maintenance</body></html>"], [])
+    with ServerThread(Replies([first, page])) as upstream:
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1", **TOOLS_ON)))
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                           json={"model": "m", "tools": small_catalog(), "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.status_code == 502 and reply.headers["content-type"] == "application/json"
+    assert kind.decode() in reply.json()["error"]["message"]
