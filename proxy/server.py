@@ -155,6 +155,7 @@ async def serve_quickstart(host: str, port: int, store_url: str) -> None:
         servers.append(uvicorn.Server(standin_cfg))
     config = quickstart_config(standin_url, store_url, host, port)
     configure_logging(config.server.log_level)
+    sock = listening_socket(host, port)
     servers.append(uvicorn.Server(uvicorn_config(create_app(config), host, port, config.server)))
     where = "the built-in stand-in provider" if standin_url else "OpenAI (OPENAI_API_KEY is set)"
     log.info("keel_starting", extra=describe(config, host, port, 1))
@@ -167,7 +168,10 @@ async def serve_quickstart(host: str, port: int, store_url: str) -> None:
         f"  see it save: `keel demo` (or `make demo`), then http://{host}:{port}/keel/ with the key {QUICKSTART_KEY}",
         flush=True,
     )
-    await asyncio.gather(*(s.serve() for s in servers))
+    try:
+        await asyncio.gather(*(s.serve(sockets=[sock] if s is servers[-1] else None) for s in servers))
+    finally:
+        sock.close()
 
 
 def metrics_dir() -> tuple[str, bool]:
@@ -186,11 +190,28 @@ def metrics_dir() -> tuple[str, bool]:
     return made, True
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything else starts (the store's clients, the memory
+    worker): a taken port is an `OSError` naming the address (`keel serve` exits 1), never a process
+    that stays up serving nothing."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)  # the workers of a multi-process run accept on it
+    return sock
+
+
 def serve(config_path: str, host: str | None, port: int | None, workers: int | None) -> None:
     config = load_config(config_path)
     server = config.server
     host, port, workers = host or server.host, port if port is not None else server.port, workers or server.workers
     configure_logging(server.log_level)
+    sock = listening_socket(host, port)
     started = {"config": os.path.abspath(config_path), **describe(config, host, port, workers)}
     if workers > 1:
         os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
@@ -200,13 +221,13 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
 
         multi = uvicorn_config("proxy.server:app_from_env", host, port, server, factory=True, workers=workers)
         try:
-            Multiprocess(multi, sockets=[multi.bind_socket()]).run()
+            Multiprocess(multi, sockets=[sock]).run()
         finally:
             if made:
                 shutil.rmtree(directory, ignore_errors=True)
         return
     log.info("keel_starting", extra=started)
-    uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
+    uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run(sockets=[sock])
 
 
 def serve_standin(host: str, port: int, rules: str, log_level: str = "info", gzip: bool = False) -> None:

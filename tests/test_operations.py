@@ -272,3 +272,24 @@ def test_estimated_token_counts_are_said_once_at_start(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in (tmp_path / "keel.log").read_text().splitlines() if line.startswith("{")]
     said = [line for line in lines if line.get("event") == "token_counts_estimated"]
     assert len(said) == 1 and "estimates" in said[0]["detail"]
+
+
+def test_serve_on_a_taken_port_exits_at_once(tmp_path: Path) -> None:
+    """`keel serve` on a port another process holds, with a Redis store and the memory worker on, stayed
+    up serving nothing and ignored SIGTERM; it binds first and exits 1 saying which address is taken."""
+    from conftest import REDIS_URL
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        config = {"server": {"port": port}, "store": {"url": REDIS_URL},
+                  "tenants": [{"id": "acme", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]}, "memory": {"enabled": True},
+                               "upstream": {"base_url": "http://127.0.0.1:9/v1"}}]}
+        (tmp_path / "keel.yaml").write_text(yaml.safe_dump(config))
+        for workers in ("1", "2"):
+            started = time.monotonic()
+            out = subprocess.run([sys.executable, "-m", "proxy", "serve", "--config", str(tmp_path / "keel.yaml"),
+                                  "--workers", workers], capture_output=True, text=True, timeout=30)
+            assert out.returncode == 1 and f"127.0.0.1:{port}" in out.stderr and "in use" in out.stderr, out.stderr
+            assert time.monotonic() - started < 10
