@@ -93,6 +93,11 @@ class ServerConfig(_Model):
     log_bodies: bool = Field(False, description="log message bodies (debug only; never keys)")
     max_client_connections: int = Field(2048, ge=1, description="open client connections per worker; "
                                         "requests beyond get 503")
+    max_connections_per_client: int = Field(0, ge=0, description="open connections one client address may hold "
+                                            "per worker (beyond, 503 at once), so that one client cannot take "
+                                            "them all; 0: half of max_client_connections. Behind a proxy or "
+                                            "load balancer that connects from one address, set it to "
+                                            "max_client_connections")
     keel_key_prefixes: tuple[str, ...] = Field(
         ("keel-", "sk-keel"), description="a bearer token with one of these prefixes is a Keel key: when it "
         "matches no tenant it gets 401, never forwarded upstream as a passthrough tenant's provider key")
@@ -103,6 +108,12 @@ class ServerConfig(_Model):
     @classmethod
     def _metrics_key_forms(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
         return AuthConfig._key_forms(keys)
+
+    @model_validator(mode="after")
+    def _per_client_default(self) -> ServerConfig:
+        if self.max_connections_per_client == 0:  # filled in at load: the effective config shows the number
+            object.__setattr__(self, "max_connections_per_client", max(1, self.max_client_connections // 2))
+        return self
 
     def metrics_digests(self) -> tuple[bytes, ...]:
         return key_digests(self.metrics_keys)

@@ -100,6 +100,49 @@ def test_connections_past_the_limit_get_503(start_keel: Callable[..., ServerThre
         assert httpx.get(keel.url + "/healthz").status_code == 200
 
 
+def _connect_from(address: str, port: int) -> socket.socket:
+    conn = socket.socket()
+    conn.bind((address, 0))  # another loopback address: another client
+    conn.connect(("127.0.0.1", port))
+    return conn
+
+
+def test_one_client_cannot_take_every_connection(start_keel: Callable[..., ServerThread]) -> None:
+    """2,100 trickling connections from one client left others 503s: the cap was global. One address
+    may hold `server.max_connections_per_client` (half the cap by default); past it that client is
+    answered 503 at once, and another client is still served."""
+    recorder = Recorder(chunks=[b'{"ok":true}'])
+    with ServerThread(recorder) as upstream:
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1"), server={"max_client_connections": 6}))
+        assert keel.app.state.keel.config.server.max_connections_per_client == 3
+        held = [_connect_from("127.0.0.1", keel.port) for _ in range(6)]
+        try:
+            time.sleep(0.2)
+            refused = [conn for conn in held if _closed(conn) or _waiting(conn)]
+            assert len(refused) == 3 and refused[0].recv(100).startswith(b"HTTP/1.1 503")
+            other = _connect_from("127.0.0.2", keel.port)
+            other.sendall(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                          "Connection: close\r\n\r\n".encode())
+            assert other.recv(100).startswith(b"HTTP/1.1 200")
+            other.close()
+        finally:
+            for conn in held:
+                conn.close()
+        time.sleep(0.1)
+        assert httpx.get(keel.url + "/healthz").status_code == 200
+
+
+def _waiting(conn: socket.socket) -> bool:
+    """Has the server already said something on this connection?"""
+    conn.setblocking(False)
+    try:
+        return bool(conn.recv(1, socket.MSG_PEEK))
+    except BlockingIOError:
+        return False
+    finally:
+        conn.setblocking(True)
+
+
 def _closed(conn: socket.socket) -> bool:
     try:
         conn.setblocking(False)
