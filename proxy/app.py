@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import re
@@ -34,7 +35,15 @@ from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
 from proxy.defaults import create_upstream, open_store
 from proxy.encoding import accept_encoding
-from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
+from proxy.errors import (
+    AuthenticationError,
+    BadRequestError,
+    BodyTooLargeError,
+    ForbiddenError,
+    ProxyError,
+    RequestTimeoutError,
+    error_body,
+)
 from proxy.ingress import Authenticator, Caller, parse_turn, request_id
 from proxy.jsontext import Json, Resent
 from proxy.memory.api import MemoryApi
@@ -334,9 +343,10 @@ class Keel:
         self.metrics.store_up.set(1 if store == "ok" else 0)
         return {"status": "ok", "store": store}
 
-    def may_read_metrics(self, headers: Mapping[str, str]) -> bool:
+    def may_read_metrics(self, headers: Mapping[str, str], client: str | None) -> bool:
+        """With `server.metrics_keys`, one of them; else loopback callers only, unless `metrics_open`."""
         if not self._metrics_digests:
-            return True
+            return self.config.server.metrics_open or _loopback(client)
         authorization = headers.get("authorization", "")
         token = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
         digest = hashlib.sha256(token.encode()).digest()
@@ -357,6 +367,13 @@ def _then(done: Callable[[Outcome], None], after: Callable[[], None]) -> Callabl
         after()
 
     return both
+
+
+def _loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host.removeprefix("::ffff:")).is_loopback
+    except ValueError:
+        return False
 
 
 def error_response(exc: ProxyError, rid: str | None = None, shape: str = "chat") -> Response:
@@ -441,8 +458,11 @@ def create_app(
         return Response(b'{"status":"not ready"}', status_code=503, media_type="application/json")
 
     async def metrics(request: Request) -> Response:
-        if not keel.may_read_metrics(request.headers):
-            return error_response(AuthenticationError("/metrics needs one of server.metrics_keys"))
+        if not keel.may_read_metrics(request.headers, request.client.host if request.client else None):
+            if keel.config.server.metrics_keys:
+                return error_response(AuthenticationError("/metrics needs one of server.metrics_keys"))
+            return error_response(ForbiddenError("/metrics answers loopback callers only: set server.metrics_keys "
+                                                 "(a scraper's key) or server.metrics_open"))
         return Response(keel.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

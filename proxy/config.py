@@ -102,7 +102,9 @@ class ServerConfig(_Model):
         ("keel-", "sk-keel"), description="a bearer token with one of these prefixes is a Keel key: when it "
         "matches no tenant it gets 401, never forwarded upstream as a passthrough tenant's provider key")
     metrics_keys: tuple[str, ...] = Field((), description="'sha256:<hex>' or 'env:VAR' keys that may read "
-                                          "/metrics (Bearer); empty: /metrics is open")
+                                          "/metrics (Bearer); empty: loopback callers only, unless metrics_open")
+    metrics_open: bool = Field(False, description="without metrics_keys, serve /metrics to every address (a scraper "
+                               "on a private network); off: loopback callers only")
 
     @field_validator("metrics_keys")
     @classmethod

@@ -206,6 +206,19 @@ def test_metrics_key(standin: ServerThread, start_keel: Callable[..., ServerThre
     assert ok.status_code == 200 and "keel_requests_total" in ok.text
 
 
+def test_metrics_are_loopback_only_unless_opened(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """/metrics was open to any address by default (tenant names, traffic, error rates). Now, without
+    `server.metrics_keys`, it answers loopback only (a caller a local proxy forwards, by X-Forwarded-For,
+    is not loopback): 403 to others, unless `server.metrics_open` says to serve everyone."""
+    remote = {"x-forwarded-for": "203.0.113.7"}  # uvicorn trusts it from 127.0.0.1: a local proxy's caller
+    closed = start_keel(keel_config(tenant(standin.url + "/v1")))
+    assert httpx.get(closed.url + "/metrics").status_code == 200
+    refused = httpx.get(closed.url + "/metrics", headers=remote)
+    assert refused.status_code == 403 and "metrics_open" in refused.json()["error"]["message"]
+    opened = start_keel(keel_config(tenant(standin.url + "/v1"), server={"metrics_open": True}))
+    assert httpx.get(opened.url + "/metrics", headers=remote).status_code == 200
+
+
 def gauge(keel: ServerThread) -> float:
     value = keel.app.state.keel.metrics.registry.get_sample_value("keel_streams_open", {"tenant": "acme"})
     return value or 0.0
