@@ -241,8 +241,9 @@ class Keel:
                 return response
 
             if codec is None:
-                if reached is not None and reached.kind == "action":
-                    await self.owners.check(owner, checkable(raw, owner))
+                if reached is not None and (reached.kind == "action" or (reached.kind in ("create", "object") and raw
+                                            and "json" in request.headers.get("content-type", ""))):
+                    await self.owners.check(owner, checkable(raw, owner))  # a stored-object route's body names objects
                 relayed = await self.relay_counted(await send(raw or None), rid, done, tenant.id)
                 if reached is not None and (reached.kind == "create" or reached.items):
                     return await self.owners.watch(owner, relayed, items=reached.items)

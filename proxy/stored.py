@@ -18,8 +18,8 @@ dropped, the family in any letter case) as one `Route`:
     unknown    anything else: nothing says it is stateless
 
 `references(body)` lists the stored objects a request body names: `previous_response_id`, the
-`conversation`, `item_reference` input items, file ids in content parts, vector stores and
-containers in tools.
+`conversation`, `item_reference` input items, file ids (in content parts, a batch's
+`input_file_id`, a vector store's `file_id`/`file_ids`), vector stores and containers in tools.
 """
 
 from __future__ import annotations
@@ -97,10 +97,12 @@ def references(body: JsonObject) -> list[Reference]:
     previous = body.get("previous_response_id")
     if isinstance(previous, str):
         found.append(("previous_response_id", previous))
-    for field in ("conversation", "container"):
+    for field in ("conversation", "container", "input_file_id", "file_id"):
         named = _id(body.get(field))
         if named is not None:
             found.append((field, named))
+    files = body.get("file_ids")
+    found += [("file_ids", f) for f in files if isinstance(f, str)] if isinstance(files, list) else []
     for field in ("input", "messages"):
         items = body.get(field)
         if isinstance(items, list):

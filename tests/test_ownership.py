@@ -234,6 +234,20 @@ def test_objects_created_through_keel_are_their_creators(keel: ServerThread, pro
         assert httpx.get(keel.url + path, headers=auth("bob")).status_code == 404, path
 
 
+def test_objects_named_in_a_passthrough_body_are_checked(keel: ServerThread, provider: tuple[Provider, ServerThread]) -> None:
+    """A batch over someone's input file, or someone's file added to a vector store, would hand its
+    contents to another key: a JSON body on a stored-object route names only the caller's objects."""
+    upstream, _ = provider
+    mine = httpx.post(keel.url + "/v1/files", files={"file": ("a.jsonl", b"{}")}, data={"purpose": "batch"},
+                      headers=auth("alice")).json()["id"]
+    batch = {"input_file_id": mine, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    assert httpx.post(keel.url + "/v1/batches", json=batch, headers=auth("alice")).status_code == 200
+    before = len(upstream.seen)
+    assert httpx.post(keel.url + "/v1/batches", json=batch, headers=auth("bob")).status_code == 403
+    assert httpx.post(keel.url + "/v1/vector_stores", json={"file_ids": [mine]}, headers=auth("bob")).status_code == 403
+    assert upstream.seen[before:] == []
+
+
 def test_tenants_on_one_provider_key_do_not_continue_each_others_responses(keel: ServerThread) -> None:
     """Owners were recorded per tenant: tenant `other`, on the same provider key, continued alice's
     response. They are recorded per provider account now."""
