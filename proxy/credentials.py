@@ -29,7 +29,7 @@ def words(value: str) -> list[str]:
     """The words a credential may hide among: split on spaces and separators, a Basic
     credential's `user:password` decoded too."""
     found = [w for w in _WORDS.split(value) if w]
-    basic = _BASIC.match(value)
+    basic = _BASIC.match(value) if value.lstrip()[:5].lower() == "basic" else None
     if basic is not None:
         try:
             decoded = base64.b64decode(basic.group(1) + "==", validate=False).decode("utf-8", "replace")

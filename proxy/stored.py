@@ -48,6 +48,7 @@ STORED: dict[tuple[str, ...], frozenset[str]] = {
 STATELESS = (("models",), ("embeddings",), ("moderations",), ("completions",), ("audio", "speech"),
              ("audio", "transcriptions"), ("audio", "translations"), ("images", "generations"),
              ("images", "edits"), ("images", "variations"), ("messages", "count_tokens"))
+HOSTED_TOOLS = frozenset({"file_search", "code_interpreter", "container", "shell"})  # tools that name stored objects
 MAX_REFERENCES = 1000  # ids one body may name; each is one owner lookup
 
 
@@ -111,7 +112,7 @@ def references(body: JsonObject) -> list[Reference]:
                     found += _item(field, item)
     tools = body.get("tools")
     for tool in tools if isinstance(tools, list) else ():
-        if isinstance(tool, dict):
+        if isinstance(tool, dict) and tool.get("type") in HOSTED_TOOLS:
             stores = tool.get("vector_store_ids")
             found += [("tools", s) for s in stores if isinstance(s, str)] if isinstance(stores, list) else []
             container = _id(tool.get("container"))
