@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import re
@@ -34,7 +35,15 @@ from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
 from proxy.defaults import create_upstream, open_store, spool_dir
 from proxy.encoding import accept_encoding
-from proxy.errors import AuthenticationError, BadRequestError, BodyTooLargeError, ProxyError, RequestTimeoutError, error_body
+from proxy.errors import (
+    AuthenticationError,
+    BadRequestError,
+    BodyTooLargeError,
+    ForbiddenError,
+    ProxyError,
+    RequestTimeoutError,
+    error_body,
+)
 from proxy.health import HealthMonitor
 from proxy.ingress import Authenticator, Caller, parse_turn, request_id
 from proxy.jsontext import Json, Resent
@@ -47,13 +56,14 @@ from proxy.memory.planner import MemoryPlanner
 from proxy.memory.spool import MemorySpool
 from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
-from proxy.owners import ResponseOwners
+from proxy.owners import Owners, checkable, shown_by
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
-from proxy.relay import relay, upstream_headers
+from proxy.relay import provider_request_id, relay, upstream_headers
 from proxy.rounds.responder import ToolSearchResponder
 from proxy.savings.ledger import Ledger
 from proxy.savings.meter import TRACE, Meter, Trace, traced
 from proxy.savings.page import SavingsPage
+from proxy.stored import route as stored_route
 from proxy.stores import Store
 from proxy.stores.guard import Breaker, GuardedStore
 from proxy.tokens import TokenCounter
@@ -114,7 +124,7 @@ class Keel:
         self.monitor = HealthMonitor(self.store, self.metrics)  # /healthz reads it, never the store
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background)
-        self.owners = ResponseOwners(self.store, config.store.conversation_ttl_seconds)
+        self.owners = Owners(self.store, background)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.ledger = Ledger(background, config.savings)  # written after the turn, off the request path
@@ -178,8 +188,9 @@ class Keel:
         return b"".join(chunks)
 
     def finisher(self, caller: Caller | None, route: str, method: str, path: str, rid: str,
-                 started: float, bytes_in: int) -> Callable[[Outcome], None]:
-        """A callback that logs and counts the request once its response is complete."""
+                 started: float, bytes_in: int, upstream_ids: Sequence[str] = ()) -> Callable[[Outcome], None]:
+        """A callback that logs and counts the request once its response is complete; the log
+        names Keel's id and the provider's for each upstream call (`upstream_ids`, filled as they come)."""
         tenant = caller.tenant.id if caller else "-"
 
         def done(outcome: Outcome) -> None:
@@ -189,7 +200,8 @@ class Keel:
                 log.info(
                     "request",
                     extra={
-                        "request_id": rid, "tenant": tenant, "method": method, "path": path,
+                        "request_id": rid, "upstream_request_ids": list(upstream_ids), "tenant": tenant,
+                        "method": method, "path": path,
                         "status": outcome.status, "latency_ms": round(elapsed * 1000, 2),
                         "bytes_in": bytes_in, "bytes_out": outcome.bytes_out, "error": outcome.error,
                     },
@@ -204,20 +216,25 @@ class Keel:
         rid = request_id(request.headers)
         caller: Caller | None = None
         bytes_in = 0
+        upstream_ids: list[str] = []  # the provider's id of each upstream reply, for the log
         try:
             caller = self.auth.authenticate(request.headers)
+            path = upstream_path(request.scope)
+            query = request.scope.get("query_string", b"").decode("latin-1")
+            self.auth.refuse_keel_keys(caller, request.headers.items(), query, path)
+            reached = stored_route(request.method, path) if caller.keyed and codec is None else None
+            if reached is not None:  # a path that may name stored objects under the tenant's one provider key
+                owner = caller.owner(request.headers.get("x-keel-user"))
+                await self.owners.admit(owner, reached)
             raw = await self.read_body(request)
             bytes_in = len(raw)
             tenant = caller.tenant
-            url = tenant.upstream.base_url + "/" + upstream_path(request.scope)
-            query = request.scope.get("query_string", b"")
-            if query:
-                url += "?" + query.decode("latin-1")
-            headers = upstream_headers(request.headers, caller.upstream_authorization, tenant.upstream.headers, rid,
-                                       caller.upstream_api_key)
+            url = tenant.upstream.base_url + "/" + path + ("?" + query if query else "")
+            headers = upstream_headers(request.headers, caller.upstream_credentials, tenant.upstream.headers, rid)
             if codec is not None and "accept-encoding" in headers:  # Keel reads these replies: only what it decodes
                 headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
-            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
+            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
+                                 upstream_ids)
 
             async def send(content: bytes | None) -> UpstreamResponse:
                 try:
@@ -226,18 +243,34 @@ class Keel:
                     self.metrics.upstream_errors.labels(tenant.id, exc.code).inc()
                     raise
                 self.metrics.upstream_status.labels(tenant.id, str(response.status)).inc()
+                provider_id = provider_request_id(response)
+                if provider_id is not None:
+                    upstream_ids.append(provider_id)
                 return response
 
             if codec is None:
-                return await self.relay_counted(await send(raw or None), rid, done, tenant.id)
+                if reached is not None and (reached.kind == "action" or (reached.kind in ("create", "object") and raw
+                                            and "json" in request.headers.get("content-type", ""))):
+                    await self.owners.check(owner, checkable(raw, owner))  # a stored-object route's body names objects
+                relayed = await self.relay_counted(await send(raw or None), rid, done, tenant.id)
+                if reached is not None and (reached.kind == "create" or reached.items):
+                    return await self.owners.watch(owner, relayed, items=reached.items)
+                return relayed
             parsed = parse_turn(raw, caller, request.headers, rid, codec, self.resent, self.pipeline.plans,
                                 self.pipeline.might_plan)
-            if codec.shape == "responses" and not tenant.auth.passthrough:  # one provider key for every caller
-                await self.owners.check(parsed)
-                return await self.owners.watch(parsed, await self._turn(parsed, raw, send, rid, done, codec))
-            return await self._turn(parsed, raw, send, rid, done, codec)
+            if not caller.keyed:  # a passthrough caller's own provider key: the provider tells callers apart
+                return await self._turn(parsed, raw, send, rid, done, codec)
+            owner = caller.owner(parsed.end_user)  # one provider key for every caller: what it names must be its own
+            wire = parsed.view.wire if parsed.view is not None else parsed.body
+            if not wire and owner.scoped:  # nothing read: a body too deep to hold is refused to a scoped caller
+                wire = checkable(raw, owner)
+            await self.owners.check(owner, wire)
+            events = shown_by(codec.shape, wire)
+            answer = await self._turn(parsed, raw, send, rid, done, codec)
+            return answer if events is None else await self.owners.watch(owner, answer, events=events)
         except ProxyError as exc:
-            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in)
+            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
+                                 upstream_ids)
             done(Outcome(status=exc.status, error=exc.code))
             return error_response(exc, rid, codec.shape if codec is not None else "chat")
 
@@ -336,9 +369,10 @@ class Keel:
         through, so a store outage must not take every replica out of a load balancer."""
         return bool(self.config.tenants)
 
-    def may_read_metrics(self, headers: Mapping[str, str]) -> bool:
+    def may_read_metrics(self, headers: Mapping[str, str], client: str | None) -> bool:
+        """With `server.metrics_keys`, one of them; else loopback callers only, unless `metrics_open`."""
         if not self._metrics_digests:
-            return True
+            return self.config.server.metrics_open or _loopback(client)
         authorization = headers.get("authorization", "")
         token = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
         digest = hashlib.sha256(token.encode()).digest()
@@ -350,6 +384,7 @@ class Keel:
         await self.memory_worker.stop()
         await self.ledger.drain()
         await self.conversations.proofs.drain()
+        await self.owners.drain()
         await self.upstream.aclose()
         await self.store.close()
 
@@ -362,8 +397,15 @@ def _then(done: Callable[[Outcome], None], after: Callable[[], None]) -> Callabl
     return both
 
 
+def _loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host.removeprefix("::ffff:")).is_loopback
+    except ValueError:
+        return False
+
+
 def error_response(exc: ProxyError, rid: str | None = None, shape: str = "chat") -> Response:
-    headers = {"x-request-id": rid} if rid else None
+    headers = {"x-request-id": rid, "x-keel-request-id": rid} if rid else None
     return Response(exc.body(shape), status_code=exc.status, media_type="application/json", headers=headers)
 
 
@@ -427,7 +469,13 @@ def create_app(
 
         return guarded(handler, codec.shape)
 
+    codecs: dict[str, Codec] = {"chat": ChatCodec(), "responses": ResponsesCodec(), "messages": MessagesCodec()}
+
     async def passthrough(request: Request) -> Response:
+        """Any other /v1 path; an API route spelled otherwise (`/v1//Responses`) is still that route."""
+        reached = stored_route(request.method, str(request.scope["path"]).removeprefix("/v1/"))
+        if reached.shape is not None:
+            return await keel.forward(request, reached.shape, codecs[reached.shape])
         return await keel.forward(request, "passthrough", None)
 
     async def healthz(request: Request) -> Response:
@@ -441,15 +489,18 @@ def create_app(
         return Response(b'{"status":"not ready"}', status_code=503, media_type="application/json")
 
     async def metrics(request: Request) -> Response:
-        if not keel.may_read_metrics(request.headers):
-            return error_response(AuthenticationError("/metrics needs one of server.metrics_keys"))
+        if not keel.may_read_metrics(request.headers, request.client.host if request.client else None):
+            if keel.config.server.metrics_keys:
+                return error_response(AuthenticationError("/metrics needs one of server.metrics_keys"))
+            return error_response(ForbiddenError("/metrics answers loopback callers only: set server.metrics_keys "
+                                                 "(a scraper's key) or server.metrics_open"))
         return Response(keel.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     # Plain Starlette routes: the hot path skips FastAPI's dependency injection.
-    app.router.add_route("/v1/chat/completions", shaped(ChatCodec()), methods=["POST"])
-    app.router.add_route("/v1/responses", shaped(ResponsesCodec()), methods=["POST"])
-    app.router.add_route("/v1/messages", shaped(MessagesCodec()), methods=["POST"])
+    app.router.add_route("/v1/chat/completions", shaped(codecs["chat"]), methods=["POST"])
+    app.router.add_route("/v1/responses", shaped(codecs["responses"]), methods=["POST"])
+    app.router.add_route("/v1/messages", shaped(codecs["messages"]), methods=["POST"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.router.add_route("/readyz", readyz, methods=["GET"])
     app.router.add_route("/metrics", metrics, methods=["GET"])

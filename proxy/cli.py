@@ -39,9 +39,16 @@ def listen_address(host: str | None, port: int | None) -> tuple[str | None, int 
     if port is None and os.environ.get("KEEL_PORT"):
         value = os.environ["KEEL_PORT"]
         if not value.isdigit() or int(value) > 65535:
-            raise ConfigError(f"KEEL_PORT: {value!r} is not a port number")
+            raise ConfigError(f"KEEL_PORT: {value!r} is not a port number (0-65535)")
         port = int(value)
     return host, port
+
+
+def port_number(value: str) -> int:
+    """A TCP port for argparse: 0 (any free port) to 65535; anything else is a usage error (exit 2)."""
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0-65535)")
+    return int(value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,14 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", help="YAML config; without it: quickstart (stand-in, or OpenAI if OPENAI_API_KEY)")
     serve.add_argument("--host", help="address to listen on (default: $KEEL_HOST, else the config's server.host)")
-    serve.add_argument("--port", type=int, help="port (default: $KEEL_PORT, else the config's server.port)")
+    serve.add_argument("--port", type=port_number, help="port (default: $KEEL_PORT, else the config's server.port)")
     serve.add_argument("--workers", type=int)
     serve.add_argument("--store", default="sqlite:///keel.db", help="store URL for the quickstart")
     check = sub.add_parser("check-config", help="validate a config and print it, secrets masked")
     check.add_argument("file")
     standin = sub.add_parser("standin", help="run the stand-in model provider")
     standin.add_argument("--host", default="127.0.0.1")
-    standin.add_argument("--port", type=int, default=8090)
+    standin.add_argument("--port", type=port_number, default=8090)
     standin.add_argument("--rules", choices=["auto", "openai", "anthropic", "none"], default="auto",
                          help="prompt-cache rules to simulate for chat completions (responses and messages follow "
                               "their provider's; none: skip for all, for overhead benchmarks)")

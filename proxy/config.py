@@ -93,16 +93,29 @@ class ServerConfig(_Model):
     log_bodies: bool = Field(False, description="log message bodies (debug only; never keys)")
     max_client_connections: int = Field(2048, ge=1, description="open client connections per worker; "
                                         "requests beyond get 503")
+    max_connections_per_client: int = Field(0, ge=0, description="open connections one client address may hold "
+                                            "per worker (beyond, 503 at once), so that one client cannot take "
+                                            "them all; 0: half of max_client_connections. Behind a proxy or "
+                                            "load balancer that connects from one address, set it to "
+                                            "max_client_connections")
     keel_key_prefixes: tuple[str, ...] = Field(
         ("keel-", "sk-keel"), description="a bearer token with one of these prefixes is a Keel key: when it "
         "matches no tenant it gets 401, never forwarded upstream as a passthrough tenant's provider key")
     metrics_keys: tuple[str, ...] = Field((), description="'sha256:<hex>' or 'env:VAR' keys that may read "
-                                          "/metrics (Bearer); empty: /metrics is open")
+                                          "/metrics (Bearer); empty: loopback callers only, unless metrics_open")
+    metrics_open: bool = Field(False, description="without metrics_keys, serve /metrics to every address (a scraper "
+                               "on a private network); off: loopback callers only")
 
     @field_validator("metrics_keys")
     @classmethod
     def _metrics_key_forms(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
         return AuthConfig._key_forms(keys)
+
+    @model_validator(mode="after")
+    def _per_client_default(self) -> ServerConfig:
+        if self.max_connections_per_client == 0:  # filled in at load: the effective config shows the number
+            object.__setattr__(self, "max_connections_per_client", max(1, self.max_client_connections // 2))
+        return self
 
     def metrics_digests(self) -> tuple[bytes, ...]:
         return key_digests(self.metrics_keys)
@@ -461,6 +474,23 @@ class KeelConfig(_Model):
             raise ValueError("at most one tenant may be default: true")
         return self
 
+    @model_validator(mode="after")
+    def _keys_unique(self) -> KeelConfig:
+        """One key, one place: the same key in two tenants (or twice in one) would be served by whichever
+        matched first, silently; which tenant a request meant is not Keel's to guess."""
+        places: dict[bytes, list[str]] = {}
+        for t in self.tenants:
+            slots = [("keys", t.auth.keys), ("admin_keys", t.auth.admin_keys),
+                     ("user_keys", tuple(u.key for u in t.auth.user_keys))]
+            for slot, keys in slots:
+                for digest in key_digests(keys):
+                    places.setdefault(digest, []).append(f"tenants.{t.id}.auth.{slot}")
+        twice = [where for where in places.values() if len(where) > 1]
+        if twice:
+            raise ValueError("the same key is configured in " + "; ".join(" and ".join(w) for w in twice)
+                             + ": give each tenant, admin and user its own key")
+        return self
+
 
 def _with_endpoint(block: JsonObject, model: Json) -> JsonObject:
     if not isinstance(model, dict):
@@ -509,11 +539,36 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that names one key twice (YAML keeps the last one
+    silently: which port did the operator mean?)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Json, Json]:
+        seen: set[Json] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges: their keys may be overridden
+                continue
+            name = self.construct_object(key_node, deep=deep)
+            if isinstance(name, (str, int, float, bool)) and name in seen:
+                raise yaml.constructor.ConstructorError("while reading a mapping", node.start_mark,
+                                                        f"found duplicate key {name!r}", key_node.start_mark)
+            seen.add(name)
+        return super().construct_mapping(node, deep)
+
+
 def _read_yaml(path: Path) -> Json:
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        loader = _UniqueKeyLoader(path.read_bytes().decode("utf-8"))
+        loader.name = str(path)  # marks say where: the file, its line and column
+        try:
+            return loader.get_single_data() or {}
+        finally:
+            loader.dispose()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                          "save the file as UTF-8") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
 

@@ -5,6 +5,7 @@ OpenAI-style JSON for Chat Completions and Responses, Anthropic-style for Messag
     ├── BadRequestError (400 invalid_request_error)
     ├── AuthenticationError (401 authentication_error)
     ├── ForbiddenError (403 permission_error)
+    ├── NotFoundError (404 invalid_request_error)
     ├── RequestTimeoutError (408 invalid_request_error)
     ├── BodyTooLargeError (413 invalid_request_error)
     ├── StoreUnavailableError (503 service_unavailable)
@@ -60,6 +61,12 @@ class ForbiddenError(ProxyError):
     status = 403
     type = "permission_error"
     code = "forbidden"
+
+
+class NotFoundError(ProxyError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
 
 
 class StoreUnavailableError(ProxyError):

@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from proxy.chain import canonical_json
 from proxy.conversations import TurnRecord
 from proxy.jsontext import JsonObject
-from proxy.messages import Message
+from proxy.messages import Message, tool_calls
 
 
 def fingerprint(message: Message) -> str:
     """What identifies an assistant message as the client resends it: text and call ids."""
-    calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    calls = [c.get("id") for c in tool_calls(message)]
     content = message.get("content")
     return canonical_json({"content": content if isinstance(content, str) else None, "calls": calls}).decode()
 

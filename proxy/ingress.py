@@ -10,26 +10,30 @@ import hashlib
 import hmac
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from proxy import jsontext
 from proxy.codecs import Codec
 from proxy.codecs.chat import ChatCodec
 from proxy.config import TenantConfig, key_digests
+from proxy.credentials import CREDENTIAL_HEADERS, KeelKeys
 from proxy.errors import AuthenticationError, BadRequestError, ForbiddenError
+from proxy.owners import Owner, provider_account
 from proxy.turn import Turn
 
 
 @dataclass(frozen=True)
 class Caller:
     tenant: TenantConfig
-    upstream_authorization: str | None  # the header value to send upstream
+    upstream_credentials: Mapping[str, str]  # the credential headers sent upstream (`CREDENTIAL_HEADERS`)
     admin: bool = False  # may manage any user's memory in its tenant
     keyed: bool = False  # authenticated by a Keel key (not a passthrough tenant's own provider key)
     scope: str = ""  # a digest of the caller's credentials: part of every conversation's seed
     bound_user: str | None = None  # a user key: the one end user it acts as
-    upstream_api_key: str | None = None  # sent upstream as x-api-key (Anthropic-style upstreams; passthrough's own)
+    account: str = ""  # a keyed caller's provider account (`proxy.owners.provider_account`)
+    shared: bool = False  # other Keel keys reach that account too
 
     @property
     def memory_scope(self) -> str | None:
@@ -40,6 +44,11 @@ class Caller:
             return ""
         return self.scope if self.upstream_authorization or self.upstream_api_key else None
 
+    def owner(self, stated_user: str | None) -> Owner:
+        """This caller as the owner of what it stores (`stated_user`: the end user the request
+        names; a user key's own always)."""
+        return Owner(self.account, self.scope, self.bound_user or stated_user or None, self.shared)
+
 
 def credential_scope(credential: str) -> str:
     """What separates two passthrough callers' state: a digest of the credential they sent."""
@@ -47,52 +56,56 @@ def credential_scope(credential: str) -> str:
 
 
 _BEARER = re.compile(r"^\s*bearer\s+(\S+)\s*$", re.IGNORECASE)
-_WORDS = re.compile(r"[\s:,;=]+")
 
 
 class Authenticator:
     """Maps a request's key to its tenant; every configured digest is compared in constant time.
 
-    A Keel key is `Authorization: Bearer <key>` or `x-api-key: <key>`. A request that carries
-    no Keel key goes to a passthrough tenant (named by `X-Keel-Tenant`, or the default) with its
-    own credentials forwarded, unless anything in them is, or looks like, a Keel key: that is a
-    401, never a Keel key sent to a provider."""
+    A Keel key is `Authorization: Bearer <key>`, `x-api-key: <key>` (Anthropic's SDKs) or
+    `api-key: <key>` (Azure's). A request that carries no Keel key goes to a passthrough tenant
+    (named by `X-Keel-Tenant`, or the default) with its own credentials forwarded, unless anything
+    in them is, or looks like, a Keel key: that is a 401, never a Keel key sent to a provider
+    (`proxy.credentials`; `refuse_keel_keys` looks at every other slot a request forwards)."""
 
     def __init__(self, tenants: tuple[TenantConfig, ...], keel_key_prefixes: tuple[str, ...] = ()) -> None:
-        self._prefixes = tuple(p.lower() for p in keel_key_prefixes)
         self._keyed = [(digest, t, False) for t in tenants for digest in t.auth.key_digests()]
         self._keyed += [(digest, t, True) for t in tenants for digest in t.auth.key_digests(admin=True)]
         self._bound = [(digest, t, u.user) for t in tenants for u in t.auth.user_keys for digest in key_digests((u.key,))]
         self._by_id = {t.id: t for t in tenants}
         self._default = next((t for t in tenants if t.default and t.auth.passthrough), None)
-
-    def _upstream_auth(self, tenant: TenantConfig) -> str | None:
-        """The tenant's provider key as `Authorization` (OpenAI-style upstreams; Anthropic-style
-        ones get it as `x-api-key`, see `upstream_api_key`)."""
-        key = tenant.upstream.api_key()
-        return f"Bearer {key}" if key and tenant.upstream.kind != "anthropic-compatible" else None
+        self.keys = KeelKeys([d for d, _, _ in (*self._keyed, *self._bound)], keel_key_prefixes)
+        self._accounts = {t.id: provider_account(t) for t in tenants if not t.auth.passthrough}
+        reaching: dict[str, set[bytes]] = {}  # provider account -> the Keel keys that reach it
+        for digest, tenant, _ in (*self._keyed, *self._bound):
+            reaching.setdefault(self._accounts[tenant.id], set()).add(digest)
+        self._shared = {account for account, digests in reaching.items() if len(digests) > 1}
 
     @staticmethod
-    def _upstream_key(tenant: TenantConfig) -> str | None:
+    def _upstream_credentials(tenant: TenantConfig) -> dict[str, str]:
+        """The tenant's provider key: `Authorization: Bearer` for OpenAI-style upstreams,
+        `x-api-key` for Anthropic-style ones."""
         key = tenant.upstream.api_key()
-        return key if key and tenant.upstream.kind == "anthropic-compatible" else None
+        if not key:
+            return {}
+        return {"x-api-key": key} if tenant.upstream.kind == "anthropic-compatible" else {"authorization": f"Bearer {key}"}
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller:
-        authorization = headers.get("authorization", "")
-        api_key = headers.get("x-api-key", "").strip()  # Anthropic-style clients
+        sent = {name: headers.get(name, "").strip() for name in CREDENTIAL_HEADERS}
+        sent = {name: value for name, value in sent.items() if value}
+        authorization = sent.get("authorization", "")
         bearer = _BEARER.match(authorization)
-        token = bearer.group(1) if bearer else ("" if authorization.strip() else api_key)
+        token = bearer.group(1) if bearer else ("" if authorization else sent.get("x-api-key") or sent.get("api-key", ""))
         named = headers.get("x-keel-tenant")
         if token:
             found = self._keel_key(token)
             if found is not None:
                 return found
         passthrough = self._by_id.get(named) if named is not None else self._default
-        if passthrough is not None and passthrough.auth.passthrough and not self._carries_keel_key(authorization,
-                                                                                                  api_key):
-            scope = credential_scope(authorization + "\x00" + api_key)
-            return Caller(passthrough, authorization or None, scope=scope, upstream_api_key=api_key or None)
-        if not token and not authorization.strip():
+        if passthrough is not None and passthrough.auth.passthrough and not any(
+                self.keys.in_credential(value) for value in sent.values()):
+            parts = [authorization, sent.get("x-api-key", "")] + ([sent["api-key"]] if "api-key" in sent else [])
+            return Caller(passthrough, sent, scope=credential_scope("\x00".join(parts)))
+        if not token and not authorization:
             raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
         raise AuthenticationError("incorrect API key provided")
 
@@ -103,22 +116,29 @@ class Authenticator:
             if hmac.compare_digest(candidate, digest) and match is None:
                 match = (tenant, admin)
         if match is not None:
-            return Caller(match[0], self._upstream_auth(match[0]), match[1], keyed=True, scope=credential_scope(token),
-                          upstream_api_key=self._upstream_key(match[0]))
+            return Caller(match[0], self._upstream_credentials(match[0]), match[1], keyed=True,
+                          scope=credential_scope(token), **self._account(match[0]))
         bound: tuple[TenantConfig, str] | None = None
         for candidate, tenant, user in self._bound:
             if hmac.compare_digest(candidate, digest) and bound is None:
                 bound = (tenant, user)
         if bound is not None:
-            return Caller(bound[0], self._upstream_auth(bound[0]), keyed=True, bound_user=bound[1],
-                          scope=credential_scope(token), upstream_api_key=self._upstream_key(bound[0]))
+            return Caller(bound[0], self._upstream_credentials(bound[0]), keyed=True, bound_user=bound[1],
+                          scope=credential_scope(token), **self._account(bound[0]))
         return None
 
-    def _carries_keel_key(self, authorization: str, api_key: str) -> bool:
-        """Is any word of these credentials a Keel key, or shaped like one (a mistyped or revoked
-        key, in any scheme or case)? Such credentials are never forwarded upstream."""
-        words = [w for w in (*_WORDS.split(authorization), *_WORDS.split(api_key), authorization.strip(), api_key) if w]
-        return any(w.lower().startswith(self._prefixes) or self._keel_key(w) is not None for w in words)
+    def _account(self, tenant: TenantConfig) -> dict[str, Any]:  # Any: Caller's keyword arguments
+        account = self._accounts[tenant.id]
+        return {"account": account, "shared": account in self._shared}
+
+    def refuse_keel_keys(self, caller: Caller, headers: Iterable[tuple[str, str]], query: str, path: str) -> None:
+        """A 401 for a request that would carry a Keel key upstream in any slot: a header, a
+        cookie, the query, the path, or a passthrough caller's own credentials."""
+        forwarded = {} if caller.keyed else caller.upstream_credentials
+        slot = self.keys.carrier(headers, query, path, forwarded)
+        if slot is not None:
+            raise AuthenticationError(f"a Keel key in {slot}: Keel keys are never sent upstream; send yours as "
+                                      "'Authorization: Bearer <key>' only", code="keel_key_misplaced")
 
 
 def request_id(headers: Mapping[str, str]) -> str:

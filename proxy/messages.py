@@ -20,6 +20,14 @@ def message_text(message: Message) -> str:
     return ""
 
 
+def tool_calls(message: Message) -> list[Message]:
+    """The calls an assistant message makes: the objects of its `tool_calls` list. Anything else there
+    (a number, a string, an object) is the client's own odd input: no calls Keel can read, and
+    forwarded as sent."""
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
 def newest_user_text(messages: Sequence[Message]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
@@ -31,8 +39,8 @@ def called_in_order(messages: Sequence[Message]) -> list[str]:
     """Names of the tools assistant messages in the history called, first call first."""
     names: list[str] = []
     for message in messages:
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function") if isinstance(call, dict) else None
+        for call in tool_calls(message):
+            fn = call.get("function")
             if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"] not in names:
                 names.append(fn["name"])
     return names

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.jsontext import Json, JsonObject
+from proxy.messages import tool_calls
 from proxy.stores import Store, key
 
 log = logging.getLogger("keel.proofs")
@@ -71,8 +72,8 @@ def fragments(message: JsonObject, sampled: bool = True) -> list[Fragment]:
     if text:
         digest = hashlib.blake2b(b"text\0" + text.encode(errors="surrogatepass"), digest_size=16).hexdigest()
         out.append(Fragment(digest, sampled and len(text) >= MIN_SECRET_CHARS))
-    for call in message.get("tool_calls") or []:
-        call_id = call.get("id") if isinstance(call, dict) else None
+    for call in tool_calls(message):
+        call_id = call.get("id")
         if isinstance(call_id, str) and call_id:
             digest = hashlib.blake2b(b"call\0" + call_id.encode(errors="surrogatepass"), digest_size=16).hexdigest()
             out.append(Fragment(digest, len(call_id) >= MIN_CALL_ID_CHARS))

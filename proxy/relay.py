@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import Response, StreamingResponse
 
+from proxy.credentials import CREDENTIAL_HEADERS
 from proxy.encoding import Decoder, ReplyEncodingError, coding, decode_all, is_encoded
 from proxy.errors import ProxyError, UpstreamConnectError
 
@@ -34,29 +35,34 @@ HOP_BY_HOP = frozenset(
         "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
     }
 )
-# Headers that only mean something to Keel, or that the upstream must not see from the client.
-_CLIENT_ONLY = frozenset({"authorization", "x-api-key", "x-keel-tenant", "x-keel-user", "x-keel-conversation",
+# Headers that only mean something to Keel, or that the upstream must not see from the client (its
+# credentials go upstream only as the caller's `upstream_credentials`).
+_CLIENT_ONLY = frozenset({*CREDENTIAL_HEADERS, "x-keel-tenant", "x-keel-user", "x-keel-conversation",
                           "x-keel-timezone", "x-keel-memory"})
 
 
-def upstream_headers(
-    client: Mapping[str, str], authorization: str | None, extra: Mapping[str, str], request_id: str,
-    api_key: str | None = None,
-) -> dict[str, str]:
+def upstream_headers(client: Mapping[str, str], credentials: Mapping[str, str], extra: Mapping[str, str],
+                     request_id: str) -> dict[str, str]:
     headers = {k: v for k, v in client.items() if k not in HOP_BY_HOP and k not in _CLIENT_ONLY}
-    if authorization:
-        headers["authorization"] = authorization
-    if api_key:
-        headers["x-api-key"] = api_key
+    headers.update(credentials)
     headers.update(extra)
     headers["x-request-id"] = request_id
     return headers
 
 
 def client_headers(upstream: UpstreamResponse, request_id: str) -> dict[str, str]:
+    """The upstream's headers for the client. The provider's `x-request-id` stays (an SDK's error
+    and a support ticket quote it); Keel's own id goes beside it as `x-keel-request-id`, and stands
+    in as `x-request-id` only when the provider sent none."""
     headers = {k: v for k, v in upstream.headers if k not in HOP_BY_HOP}
-    headers["x-request-id"] = request_id
+    headers.setdefault("x-request-id", request_id)
+    headers["x-keel-request-id"] = request_id
     return headers
+
+
+def provider_request_id(upstream: UpstreamResponse) -> str | None:
+    """The provider's id for one reply: OpenAI's `x-request-id`, Anthropic's `request-id`."""
+    return header(upstream, "x-request-id") or header(upstream, "request-id") or None
 
 
 def _streams(response: UpstreamResponse) -> bool:

@@ -3,12 +3,14 @@
 SIGTERM makes uvicorn stop accepting and wait up to `shutdown_grace_seconds` for in-flight
 requests (streams included) before it closes what is left. A client that dribbles its
 headers (slowloris) is disconnected after `timeouts.client_header`; its body has
-`timeouts.client_body` (the app answers 408); past `max_client_connections`, 503.
+`timeouts.client_body` (the app answers 408); past `max_client_connections`, 503, and past
+`max_connections_per_client` from one address, 503 to that address only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 import os
@@ -23,6 +25,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.app import create_app
 from proxy.config import KeelConfig, ServerConfig, load_config, parse_config
+from proxy.errors import error_body
 from proxy.jsontext import JsonObject
 from proxy.logs import configure_logging
 from proxy.standin.app import create_standin_app
@@ -50,15 +53,24 @@ def describe(config: KeelConfig, host: str, port: int, workers: int) -> JsonObje
             "savings_page": f"http://{host}:{port}/keel/"}
 
 
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s")
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol, closing a connection whose request headers take longer than
     `config.keel_header_timeout` from their first byte (or from connecting, when nothing
-    arrives at all)."""
+    arrives at all), and answering 503 at once to a client address that already holds
+    `config.keel_per_client` connections (one client cannot take the global cap from the rest)."""
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:  # Any: uvicorn's own, passed on
         super().__init__(config, *args, **kwargs)
         self._seconds: float = getattr(config, "keel_header_timeout", 10.0)
         self._deadline: asyncio.TimerHandle | None = None
+        self._per_client: int | None = getattr(config, "keel_per_client", None)
+        holders = getattr(config, "keel_holders", None)
+        self._holders: collections.Counter[str] = holders if isinstance(holders, collections.Counter) else collections.Counter()
+        self._address: str | None = None  # counted in `_holders` while open
 
     def _arm(self) -> None:
         self._disarm()
@@ -76,10 +88,24 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        address = self.client[0] if self.client else None
+        if address is not None and self._per_client is not None:
+            if self._holders[address] >= self._per_client:
+                body = error_body(f"too many connections from {address}", "service_unavailable", "too_many_connections")
+                transport.write(BUSY % (len(body), body))
+                transport.close()
+                return
+            self._holders[address] += 1
+            self._address = address
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._address is not None:
+            self._holders[self._address] -= 1
+            if self._holders[self._address] <= 0:
+                del self._holders[self._address]
+            self._address = None
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -102,6 +128,8 @@ def uvicorn_config(app: Any, host: str, port: int, server: ServerConfig,  # Any:
     options.update(extra)
     config = uvicorn.Config(app, host=host, port=port, **options)
     config.keel_header_timeout = server.timeouts.client_header  # type: ignore[attr-defined]
+    config.keel_per_client = server.max_connections_per_client  # type: ignore[attr-defined]
+    config.keel_holders = collections.Counter()  # type: ignore[attr-defined]  # open connections by address
     return config
 
 
@@ -155,6 +183,7 @@ async def serve_quickstart(host: str, port: int, store_url: str) -> None:
         servers.append(uvicorn.Server(standin_cfg))
     config = quickstart_config(standin_url, store_url, host, port)
     configure_logging(config.server.log_level)
+    sock = listening_socket(host, port)
     servers.append(uvicorn.Server(uvicorn_config(create_app(config), host, port, config.server)))
     where = "the built-in stand-in provider" if standin_url else "OpenAI (OPENAI_API_KEY is set)"
     log.info("keel_starting", extra=describe(config, host, port, 1))
@@ -167,7 +196,10 @@ async def serve_quickstart(host: str, port: int, store_url: str) -> None:
         f"  see it save: `keel demo` (or `make demo`), then http://{host}:{port}/keel/ with the key {QUICKSTART_KEY}",
         flush=True,
     )
-    await asyncio.gather(*(s.serve() for s in servers))
+    try:
+        await asyncio.gather(*(s.serve(sockets=[sock] if s is servers[-1] else None) for s in servers))
+    finally:
+        sock.close()
 
 
 def metrics_dir() -> tuple[str, bool]:
@@ -186,11 +218,28 @@ def metrics_dir() -> tuple[str, bool]:
     return made, True
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything else starts (the store's clients, the memory
+    worker): a taken port is an `OSError` naming the address (`keel serve` exits 1), never a process
+    that stays up serving nothing."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)  # the workers of a multi-process run accept on it
+    return sock
+
+
 def serve(config_path: str, host: str | None, port: int | None, workers: int | None) -> None:
     config = load_config(config_path)
     server = config.server
     host, port, workers = host or server.host, port if port is not None else server.port, workers or server.workers
     configure_logging(server.log_level)
+    sock = listening_socket(host, port)
     started = {"config": os.path.abspath(config_path), **describe(config, host, port, workers)}
     if workers > 1:
         os.environ["KEEL_CONFIG"] = os.path.abspath(config_path)
@@ -200,13 +249,13 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
 
         multi = uvicorn_config("proxy.server:app_from_env", host, port, server, factory=True, workers=workers)
         try:
-            Multiprocess(multi, sockets=[multi.bind_socket()]).run()
+            Multiprocess(multi, sockets=[sock]).run()
         finally:
             if made:
                 shutil.rmtree(directory, ignore_errors=True)
         return
     log.info("keel_starting", extra=started)
-    uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run()
+    uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run(sockets=[sock])
 
 
 def serve_standin(host: str, port: int, rules: str, log_level: str = "info", gzip: bool = False) -> None:

@@ -282,11 +282,27 @@ def test_the_configs_digest_is_not_a_cookie(keel_on: ServerThread) -> None:
 
     signed_in = httpx.post(keel_on.url + "/keel/login", data={"key": ADMIN}).cookies["keel_admin"]
     assert "Sign out" in page(signed_in)
-    expires, digest, mac = signed_in.split(".")
+    expires, nonce, digest, mac = signed_in.split(".")
     assert digest == ADMIN_DIGEST
-    for forged in (ADMIN_DIGEST, f"{int(expires) + 3600}.{digest}.{mac}", f"{int(time.time()) - 1}.{digest}.{mac}",
-                   f"{expires}.{digest}.{'0' * 64}"):
+    for forged in (ADMIN_DIGEST, f"{int(expires) + 3600}.{nonce}.{digest}.{mac}",
+                   f"{int(time.time()) - 1}.{nonce}.{digest}.{mac}", f"{expires}.{nonce}.{digest}.{'0' * 64}",
+                   f"{expires}.{'0' * len(nonce)}.{digest}.{mac}"):
         assert "Sign out" not in page(forged), forged
+
+
+def test_signing_out_revokes_the_cookie(keel_on: ServerThread) -> None:
+    """Sign-out only asked the browser to drop the cookie: a copy (another tab's, a stolen one) stayed
+    valid for 12 hours. Signing out revokes that cookie in the store, for every worker and replica;
+    a fresh sign-in, even in the same second, gets a cookie of its own that works."""
+    def signed_in(cookie: str) -> bool:
+        return "Sign out" in httpx.get(keel_on.url + "/keel/", cookies={"keel_admin": cookie}).text
+
+    first = httpx.post(keel_on.url + "/keel/login", data={"key": ADMIN}).cookies["keel_admin"]
+    second = httpx.post(keel_on.url + "/keel/login", data={"key": ADMIN}).cookies["keel_admin"]
+    assert signed_in(first) and signed_in(second) and first != second
+    out = httpx.post(keel_on.url + "/keel/logout", cookies={"keel_admin": first})
+    assert out.status_code == 303 and not signed_in(first)
+    assert signed_in(second)  # another sign-in (another browser) stays signed in
 
 
 # --- 5. isolation on /v1/responses: previous_response_id ----------------------------------------------------

@@ -222,3 +222,62 @@ def test_removed_fitted_keys_are_explained(tmp_path: Path, block: str, name: str
     bad.write_text(yaml.safe_dump(data))
     out = subprocess.run([sys.executable, "-m", "proxy", "check-config", str(bad)], capture_output=True, text=True)
     assert out.returncode == 2 and where in out.stderr and "delete the key" in out.stderr
+
+
+def _check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy", "check-config", str(path)], capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_a_config_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    """A Latin-1 config gave a traceback; it is exit 2 naming the file and the byte."""
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(yaml.safe_dump(minimal()).encode() + "# café\n".encode("latin-1"))
+    out = _check_config(bad)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert str(bad) in out.stderr and "UTF-8" in out.stderr
+
+
+@pytest.mark.parametrize("text, key, line", [
+    ("server:\n  port: 8080\n  port: 9090\n", "port", 3),
+    ("store: {url: 'sqlite:///a.db'}\nstore: {url: 'sqlite:///b.db'}\n", "store", 2),
+])
+def test_duplicate_yaml_keys_are_refused(tmp_path: Path, text: str, key: str, line: int) -> None:
+    """YAML keeps the last of two equal keys silently (which port did the operator mean?): refused,
+    naming the key, the file and the line."""
+    path = tmp_path / "dup.yaml"
+    path.write_text(text + yaml.safe_dump(minimal()))
+    with pytest.raises(ConfigError, match=f"(?s)duplicate key '{key}'.*dup.yaml\", line {line}"):
+        load_config(path)
+    assert _check_config(path).returncode == 2
+
+
+OTHER = "sha256:" + hashlib.sha256(b"another key").hexdigest()
+
+
+@pytest.mark.parametrize("tenants, places", [
+    ([{"keys": [f"sha256:{KEY_DIGEST}"]}, {"keys": [f"sha256:{KEY_DIGEST}"]}], ("tenants.a.auth.keys", "tenants.b.auth.keys")),
+    ([{"keys": [OTHER], "admin_keys": [f"sha256:{KEY_DIGEST}"]}, {"user_keys": [{"key": f"sha256:{KEY_DIGEST}", "user": "u"}]}],
+     ("tenants.a.auth.admin_keys", "tenants.b.auth.user_keys")),
+    ([{"keys": [f"sha256:{KEY_DIGEST}", f"sha256:{KEY_DIGEST}"]}, {"keys": [OTHER]}], ("tenants.a.auth.keys",)),
+    ([{"keys": ["env:KEEL_TEST_SAME"]}, {"admin_keys": ["env:KEEL_TEST_SAME_TOO"]}], ("tenants.a", "tenants.b")),
+], ids=["two-tenants", "admin-and-user", "twice-in-one-list", "env-values"])
+def test_one_key_in_two_places_is_refused(monkeypatch: pytest.MonkeyPatch, tenants: list[dict[str, object]],
+                                          places: tuple[str, ...]) -> None:
+    """The same key in two tenants (or twice in one) was accepted, the first match winning silently:
+    which tenant a request meant is not Keel's to guess. Refused at load, naming both places."""
+    monkeypatch.setenv("KEEL_TEST_SAME", "one secret")
+    monkeypatch.setenv("KEEL_TEST_SAME_TOO", "one secret")
+    data = {"tenants": [{"id": name, "auth": auth, "upstream": {"base_url": "http://u/v1"}}
+                        for name, auth in zip("ab", tenants, strict=True)]}
+    with pytest.raises(ConfigError, match="the same key") as info:
+        parse_config(data, "keel.yaml")
+    assert all(place in str(info.value) for place in places)
+
+
+@pytest.mark.parametrize("command", [["standin", "--port", "99999"], ["standin", "--port", "-1"],
+                                     ["serve", "--port", "70000"]])
+def test_a_port_out_of_range_is_refused(command: list[str]) -> None:
+    """`keel standin --port 99999` hung; a port outside 0-65535 is a usage error (exit 2) at once."""
+    out = subprocess.run([sys.executable, "-m", "proxy", *command], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "port" in out.stderr and "65535" in out.stderr

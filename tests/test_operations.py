@@ -13,12 +13,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 from conftest import KEY, KEY_DIGEST, ServerThread, keel_config, tenant
-from recorder import Recorder
+from recorder import Recorder, lifespan, read_body
 
 from proxy.logs import JsonFormatter
 
@@ -60,6 +61,45 @@ def test_request_id_generated_and_passed_upstream(start_keel: Callable[..., Serv
         r = httpx.post(keel.url + "/v1/chat/completions", json={"messages": []}, headers=AUTH)
     rid = r.headers["x-request-id"]
     assert len(rid) == 32 and recorder.received[0].headers["x-request-id"] == rid
+
+
+class ProviderIds(Recorder):
+    """An upstream that names each reply with its own x-request-id, as OpenAI does."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if await lifespan(scope, receive, send):
+            return
+        await read_body(receive)
+        self.received.append(None)  # type: ignore[arg-type]
+        stream = scope["path"].endswith("/stream")
+        kind = b"text/event-stream" if stream else b"application/json"
+        body = b"data: [DONE]\n\n" if stream else b'{"id":"x","choices":[]}'
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", kind), (b"x-request-id", f"req_provider{len(self.received)}".encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models", "/v1/files/stream"])
+def test_provider_request_id_is_kept_and_both_are_logged(start_keel: Callable[..., ServerThread], path: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The provider's x-request-id reaches the client (its SDK and a support ticket quote it); Keel's own
+    id travels beside it as x-keel-request-id, and the access log carries both."""
+    with ServerThread(ProviderIds()) as upstream, caplog.at_level(logging.INFO, logger="keel.access"):
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1")))
+        reply = httpx.post(keel.url + path, json={"model": "m", "messages": []}, headers=AUTH)
+        mine = httpx.post(keel.url + path, json={"model": "m", "messages": []}, headers={**AUTH, "x-request-id": "mine"})
+    assert reply.headers["x-request-id"] == "req_provider1" and len(reply.headers["x-keel-request-id"]) == 32
+    assert mine.headers["x-request-id"] == "req_provider2" and mine.headers["x-keel-request-id"] == "mine"
+    logged = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "keel.access"]
+    assert [(e["request_id"], e["upstream_request_ids"]) for e in logged] == [
+        (reply.headers["x-keel-request-id"], ["req_provider1"]), ("mine", ["req_provider2"])]
+
+
+def test_keels_own_answers_carry_its_request_id(keel: ServerThread) -> None:
+    """An answer Keel makes itself (here a 401) names Keel's id in both headers: there is no provider's."""
+    reply = httpx.post(keel.url + "/v1/chat/completions", json={}, headers={"x-request-id": "req-1"})
+    assert reply.status_code == 401
+    assert reply.headers["x-request-id"] == reply.headers["x-keel-request-id"] == "req-1"
 
 
 def test_passthrough_tenant_forwards_client_key(start_keel: Callable[..., ServerThread]) -> None:
@@ -232,3 +272,24 @@ def test_estimated_token_counts_are_said_once_at_start(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in (tmp_path / "keel.log").read_text().splitlines() if line.startswith("{")]
     said = [line for line in lines if line.get("event") == "token_counts_estimated"]
     assert len(said) == 1 and "estimates" in said[0]["detail"]
+
+
+def test_serve_on_a_taken_port_exits_at_once(tmp_path: Path) -> None:
+    """`keel serve` on a port another process holds, with a Redis store and the memory worker on, stayed
+    up serving nothing and ignored SIGTERM; it binds first and exits 1 saying which address is taken."""
+    from conftest import REDIS_URL
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        config = {"server": {"port": port}, "store": {"url": REDIS_URL},
+                  "tenants": [{"id": "acme", "auth": {"keys": [f"sha256:{KEY_DIGEST}"]}, "memory": {"enabled": True},
+                               "upstream": {"base_url": "http://127.0.0.1:9/v1"}}]}
+        (tmp_path / "keel.yaml").write_text(yaml.safe_dump(config))
+        for workers in ("1", "2"):
+            started = time.monotonic()
+            out = subprocess.run([sys.executable, "-m", "proxy", "serve", "--config", str(tmp_path / "keel.yaml"),
+                                  "--workers", workers], capture_output=True, text=True, timeout=30)
+            assert out.returncode == 1 and f"127.0.0.1:{port}" in out.stderr and "in use" in out.stderr, out.stderr
+            assert time.monotonic() - started < 10

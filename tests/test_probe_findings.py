@@ -100,6 +100,49 @@ def test_connections_past_the_limit_get_503(start_keel: Callable[..., ServerThre
         assert httpx.get(keel.url + "/healthz").status_code == 200
 
 
+def _connect_from(address: str, port: int) -> socket.socket:
+    conn = socket.socket()
+    conn.bind((address, 0))  # another loopback address: another client
+    conn.connect(("127.0.0.1", port))
+    return conn
+
+
+def test_one_client_cannot_take_every_connection(start_keel: Callable[..., ServerThread]) -> None:
+    """2,100 trickling connections from one client left others 503s: the cap was global. One address
+    may hold `server.max_connections_per_client` (half the cap by default); past it that client is
+    answered 503 at once, and another client is still served."""
+    recorder = Recorder(chunks=[b'{"ok":true}'])
+    with ServerThread(recorder) as upstream:
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1"), server={"max_client_connections": 6}))
+        assert keel.app.state.keel.config.server.max_connections_per_client == 3
+        held = [_connect_from("127.0.0.1", keel.port) for _ in range(6)]
+        try:
+            time.sleep(0.2)
+            refused = [conn for conn in held if _closed(conn) or _waiting(conn)]
+            assert len(refused) == 3 and refused[0].recv(100).startswith(b"HTTP/1.1 503")
+            other = _connect_from("127.0.0.2", keel.port)
+            other.sendall(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                          "Connection: close\r\n\r\n".encode())
+            assert other.recv(100).startswith(b"HTTP/1.1 200")
+            other.close()
+        finally:
+            for conn in held:
+                conn.close()
+        time.sleep(0.1)
+        assert httpx.get(keel.url + "/healthz").status_code == 200
+
+
+def _waiting(conn: socket.socket) -> bool:
+    """Has the server already said something on this connection?"""
+    conn.setblocking(False)
+    try:
+        return bool(conn.recv(1, socket.MSG_PEEK))
+    except BlockingIOError:
+        return False
+    finally:
+        conn.setblocking(True)
+
+
 def _closed(conn: socket.socket) -> bool:
     try:
         conn.setblocking(False)
@@ -161,6 +204,19 @@ def test_metrics_key(standin: ServerThread, start_keel: Callable[..., ServerThre
     assert httpx.get(keel.url + "/metrics", headers={"authorization": "Bearer nope"}).status_code == 401
     ok = httpx.get(keel.url + "/metrics", headers={"authorization": "Bearer scrape-me"})
     assert ok.status_code == 200 and "keel_requests_total" in ok.text
+
+
+def test_metrics_are_loopback_only_unless_opened(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """/metrics was open to any address by default (tenant names, traffic, error rates). Now, without
+    `server.metrics_keys`, it answers loopback only (a caller a local proxy forwards, by X-Forwarded-For,
+    is not loopback): 403 to others, unless `server.metrics_open` says to serve everyone."""
+    remote = {"x-forwarded-for": "203.0.113.7"}  # uvicorn trusts it from 127.0.0.1: a local proxy's caller
+    closed = start_keel(keel_config(tenant(standin.url + "/v1")))
+    assert httpx.get(closed.url + "/metrics").status_code == 200
+    refused = httpx.get(closed.url + "/metrics", headers=remote)
+    assert refused.status_code == 403 and "metrics_open" in refused.json()["error"]["message"]
+    opened = start_keel(keel_config(tenant(standin.url + "/v1"), server={"metrics_open": True}))
+    assert httpx.get(opened.url + "/metrics", headers=remote).status_code == 200
 
 
 def gauge(keel: ServerThread) -> float:
@@ -332,3 +388,43 @@ def test_stream_with_done_but_no_finish_reason_is_complete(start_keel: Callable[
     events = [*sse(delta(role="assistant", content=""), delta(content="Hello")), b"data: [DONE]\n\n"]
     received = stream_through(start_keel, [(200, b"text/event-stream", events, [])], TOOLS_ON)
     assert received.endswith(b"data: [DONE]\n\n") and b'"error"' not in received
+
+
+@pytest.mark.parametrize("calls", [5, "call", {"id": "c1"}, [5, None, "x"]], ids=["number", "string", "object", "list-of-odd"])
+def test_odd_tool_calls_are_the_clients_own_input(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                  calls: Any) -> None:
+    """An assistant `tool_calls` that is a number (or another odd value) made a stage raise, a planner
+    failure in metrics; it is the client's own input: every stage reads it as no calls, the turn is
+    planned, and the upstream gets the value as the client sent it."""
+    features = {"tools": {"enabled": True, "defer": {"min_tools": 3}}, "context": {"stable": True}}
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", **features)))
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "tool_calls": calls},
+                {"role": "user", "content": "archive ticket 7"}]
+    reply = httpx.post(keel.url + "/v1/chat/completions", headers=AUTH,
+                       json={"model": "m", "tools": small_catalog(), "messages": messages})
+    assert reply.status_code == 200 and "x-keel-tools" in reply.headers
+    failures = keel.app.state.keel.metrics.registry.get_sample_value(
+        "keel_planner_failures_total", {"tenant": "acme", "planner": "locate"})
+    assert not failures and not [line for line in httpx.get(keel.url + "/metrics").text.splitlines()
+                                 if line.startswith("keel_planner_failures_total{")]
+    sent = standin.app.state.standin.requests[-1]["messages"]
+    assert [m["tool_calls"] for m in sent if m["role"] == "assistant"] == [calls]
+
+
+SEARCH_ANSWER = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+    "role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "tool_search", "arguments": '{"query": "archive"}'}}]}}]}
+
+
+@pytest.mark.parametrize("kind", [b"text/html", b"text/plain", b"application/octet-stream"])
+def test_continuation_that_is_not_json_is_a_502(start_keel: Callable[..., ServerThread], kind: bytes) -> None:
+    """A continued call (after Keel answered tool_search) that answered 200 with an HTML page was relayed
+    labelled application/json; it is a 502 in the client's shape, saying what came back."""
+    first = (200, b"application/json", [orjson.dumps(SEARCH_ANSWER)], [])
+    page = (200, kind, [b"<html><body>maintenance</body></html>"], [])
+    with ServerThread(Replies([first, page])) as upstream:
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1", **TOOLS_ON)))
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                           json={"model": "m", "tools": small_catalog(), "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.status_code == 502 and reply.headers["content-type"] == "application/json"
+    assert kind.decode() in reply.json()["error"]["message"]

@@ -104,7 +104,7 @@ def test_direct_cache_estimate_follows_the_upstreams_rules() -> None:
     breakpoint of the client's own."""
     from proxy.savings.meter import Meter, TurnMeter
 
-    config = keel_config(tenant("http://up/v1"), tenant("http://up/v1", id="claude",
+    config = keel_config(tenant("http://up/v1"), tenant("http://up/v1", id="claude", auth={"keys": ["sha256:" + "0" * 64]},
                                                            upstream={"base_url": "http://up/v1",
                                                                      "kind": "anthropic-compatible"}))
     openai, claude = config.tenants

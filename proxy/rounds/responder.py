@@ -177,6 +177,11 @@ class ToolSearchResponder:
             if upstream.status != 200:
                 return await relay(upstream, exchange.request_id, exchange.done, request.response_headers,
                                    shape=request.codec.shape)
+            kind = header(upstream, "content-type")
+            if not kind.startswith("application/json"):  # an HTML page from a CDN is no answer to relay as JSON
+                await upstream.aclose()
+                raise UpstreamConnectError(f"upstream answered a continued call with a body that is not JSON "
+                                           f"({kind or 'no content type'})", code="upstream_bad_reply")
         await self._called(request, loop, answer.calls)
         body = json.write(answer, lambda call: not is_search(call), finish, usage)
         shown = {**answer.shown, "tool_calls": [c for c in answer.shown.get("tool_calls") or [] if not is_search(c)]}

@@ -1,11 +1,13 @@
 """/keel/: the savings page, served by Keel itself (server-rendered HTML and plain SVG, nothing to build).
 
 Who may look: a tenant's admin key (`auth.admin_keys`), as `Authorization: Bearer <key>` or through
-the login form, which sets a signed cookie (HttpOnly, SameSite=Strict, path /keel): the key's
-digest, an expiry 12 hours on, and an HMAC of both under a secret Keel keeps in its store (made
-once, shared by workers and replicas), so neither the config's digest nor an expired cookie opens
-anything. The cookie opens this page and nothing else, never the API. An admin sees the tenants
-it is an admin of.
+the login form, which sets a signed cookie (HttpOnly, SameSite=Strict, path /keel): an expiry 12
+hours on, a random nonce, the key's digest, and an HMAC of the three under a secret Keel keeps in
+its store (made once, shared by workers and replicas), so neither the config's digest nor an
+expired cookie opens anything. Signing out revokes the cookie in the store (every copy of it, on
+every worker and replica, until it would have expired); while the store cannot say whether a
+cookie was revoked, no cookie opens the page. The cookie opens this page and nothing else, never
+the API. An admin sees the tenants it is an admin of.
 
     GET  /keel/                      summary for ?tenant= and ?since= (24h, 7d, 30d, …)
     GET  /keel/conversation?id=…     the conversation inspector: each turn, what Keel changed and why
@@ -81,22 +83,33 @@ class SavingsPage:
         return self._secret or self._fallback
 
     async def _cookie(self, digest: bytes) -> str:
-        expires = str(int(time.time()) + COOKIE_SECONDS)
-        mac = hmac.new(await self._cookie_secret(), f"{expires}.{digest.hex()}".encode(), "sha256").hexdigest()
-        return f"{expires}.{digest.hex()}.{mac}"
+        signed = f"{int(time.time()) + COOKIE_SECONDS}.{secrets.token_hex(8)}.{digest.hex()}"
+        return f"{signed}.{hmac.new(await self._cookie_secret(), signed.encode(), 'sha256').hexdigest()}"
 
-    async def _from_cookie(self, cookie: str) -> bytes | None:
-        """The key digest a cookie was signed for, if it is Keel's, unaltered and unexpired."""
+    async def _signed(self, cookie: str) -> tuple[int, bytes, str] | None:
+        """A cookie's expiry, key digest and MAC, if it is Keel's, unaltered and unexpired."""
         parts = cookie.split(".")
-        if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) < time.time() or len(parts[1]) != 64:
+        if len(parts) != 4 or not parts[0].isdigit() or int(parts[0]) < time.time() or len(parts[2]) != 64:
             return None
-        wanted = hmac.new(await self._cookie_secret(), f"{parts[0]}.{parts[1]}".encode(), "sha256").hexdigest()
-        if not hmac.compare_digest(wanted, parts[2]):
+        signed = ".".join(parts[:3])
+        wanted = hmac.new(await self._cookie_secret(), signed.encode(), "sha256").hexdigest()
+        if not hmac.compare_digest(wanted, parts[3]):
             return None
         try:
-            return bytes.fromhex(parts[1])
+            return int(parts[0]), bytes.fromhex(parts[2]), parts[3]
         except ValueError:
             return None
+
+    async def _from_cookie(self, cookie: str) -> bytes | None:
+        """The key digest a cookie was signed for, if it is valid and not signed out."""
+        signed = await self._signed(cookie)
+        if signed is None:
+            return None
+        try:
+            revoked = await self.store.get(key("page", "revoked", signed[2]))
+        except StoreError:
+            return None  # cannot tell whether it was signed out: closed
+        return None if revoked is not None else signed[1]
 
     # Who is looking
 
@@ -146,10 +159,20 @@ class SavingsPage:
         return response
 
     async def logout(self, request: Request) -> Response:
+        """Drop the cookie from the browser and revoke it for every copy (until it would expire)."""
         if _cross_site(request):
             return Response(b"sign out from Keel's own page", status_code=403)
         response = RedirectResponse("/keel/", status_code=303)
         response.delete_cookie(COOKIE, path="/keel")
+        signed = await self._signed(request.cookies.get(COOKIE, ""))
+        if signed is not None:
+            try:
+                await self.store.set(key("page", "revoked", signed[2]), b"1", max(1, signed[0] - time.time() + 60))
+            except StoreError:
+                page = self._login("Signed out of this browser, but Keel's store is unavailable: a copy of the "
+                                   "cookie elsewhere stays valid until it expires. Sign out again later.", status=503)
+                page.delete_cookie(COOKIE, path="/keel")
+                return page
         return response
 
     async def overview(self, request: Request) -> Response:

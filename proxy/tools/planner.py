@@ -24,7 +24,7 @@ from proxy.context.update import prepend_updates
 from proxy.conversations import Conversations, TurnKind
 from proxy.hidden import found_tools, splice
 from proxy.jsontext import Json, JsonObject
-from proxy.messages import called_in_order, called_tools, newest_user_text
+from proxy.messages import called_in_order, called_tools, newest_user_text, tool_calls
 from proxy.metrics import Metrics
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
@@ -88,9 +88,10 @@ def generic_calls(messages: list[JsonObject], records: Sequence[Json]) -> list[J
         return messages
     out = []
     for message in messages:
-        calls = message.get("tool_calls")
-        if message.get("role") == "assistant" and calls and any(c.get("id") in dispatched for c in calls):
-            calls = [{**c, "function": dispatched[c["id"]]} if c.get("id") in dispatched else c for c in calls]
+        calls = tool_calls(message)
+        if message.get("role") == "assistant" and any(c.get("id") in dispatched for c in calls):
+            calls = [{**c, "function": dispatched[c["id"]]} if isinstance(c, dict) and c.get("id") in dispatched else c
+                     for c in message["tool_calls"]]
             message = {**message, "tool_calls": calls}
         out.append(message)
     return out
