@@ -42,7 +42,7 @@ class Caller:
         a passthrough caller that sent no credential at all, so no identity to scope memory by."""
         if self.keyed:
             return ""
-        return self.scope if self.upstream_authorization or self.upstream_api_key else None
+        return self.scope if self.upstream_credentials else None
 
     def owner(self, stated_user: str | None) -> Owner:
         """This caller as the owner of what it stores (`stated_user`: the end user the request
