@@ -177,13 +177,35 @@ def test_a_proof_two_conversations_share_proves_nothing(keel: ServerThread, stan
     assert upstream_system(standin).startswith("Prompt one, changed.")
 
 
-def test_another_callers_copy_of_an_answer_proves_nothing(keel: ServerThread, standin: ServerThread) -> None:
-    """Bob (another end user of the same key) sends Alice's whole history, her long answer
-    included, under his own system prompt: nothing of Alice's reaches his request."""
+SECOND_KEY = "sk-keel-second"
+
+
+@pytest.mark.parametrize("bob_differs_by", ["end user", "keel key", "provider key"])
+def test_another_callers_copy_of_an_answer_proves_nothing(standin: ServerThread,
+                                                          start_keel: Callable[..., ServerThread],
+                                                          bob_differs_by: str) -> None:
+    """Bob (another end user of the same key, another Keel key of the tenant, or another provider
+    key of a passthrough tenant) sends Alice's whole history, her long answer included, under his
+    own system prompt: nothing of Alice's reaches his request."""
+    import hashlib
+
+    keyed = tenant(standin.url + "/v1", **ON)
+    keyed["auth"] = {"keys": [f"sha256:{hashlib.sha256(k.encode()).hexdigest()}" for k in (KEY, SECOND_KEY)]}
+    byo = {"id": "byo", "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"}, **ON}
+    keel = start_keel(keel_config(keyed, byo))
+    alice_headers, bob_headers = {
+        "end user": ({"x-keel-user": "alice"}, {"x-keel-user": "bob"}),
+        "keel key": ({}, {"authorization": f"Bearer {SECOND_KEY}"}),
+        "provider key": ({"authorization": "Bearer sk-provider-alice", "x-keel-tenant": "byo"},
+                         {"authorization": "Bearer sk-provider-bob", "x-keel-tenant": "byo"}),
+    }[bob_differs_by]
     alice: list[dict[str, Any]] = [{"role": "user", "content": "hello [[ramble 40]]"}]
-    chat(keel, "Alice's secret plan: zebra-tango.", alice, {"x-keel-user": "alice"})
+    chat(keel, "Alice's prompt.", alice, alice_headers)
+    alice.append({"role": "user", "content": "[[words 3]]"})  # an answer that does not echo the update
+    chat(keel, "Alice's prompt.\n\n## Plan\nThe secret plan: zebra-tango.", alice, alice_headers)
+    assert "zebra-tango" in str(bodies(standin)[-1]["messages"][-1]), "Alice's change, as an update"
     bob = [*alice, {"role": "user", "content": "what is the plan?"}]
-    chat(keel, "Bob's prompt.", bob, {"x-keel-user": "bob"})
+    chat(keel, "Bob's prompt.", bob, bob_headers)
     sent = str(bodies(standin)[-1])
     assert "zebra-tango" not in sent and upstream_system(standin).startswith("Bob's prompt.")
 
@@ -275,3 +297,27 @@ def test_the_next_request_never_overtakes_the_record_of_the_answer(
     history += [{"role": "assistant", "content": text}, {"role": "user", "content": "next"}]
     chat(keel, "Now: 10:00:59", history)
     assert "10:00:01" in upstream_system(standin), "proven by the answer just relayed"
+
+
+def test_a_hidden_search_never_returns_under_another_catalog(standin: ServerThread,
+                                                             start_keel: Callable[..., ServerThread]) -> None:
+    """Keel answered a tool_search from one tools array; the next request of the same
+    conversation comes with another array: the stored search answer (the schemas it showed) is
+    not spliced back, so no tool the client no longer sends reaches the provider."""
+    from conftest import small_catalog
+
+    from proxy.standin.script import hidden_call
+
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "stability": "per_turn"},
+                                         **ON)))
+    private = {"type": "function", "function": {
+        "name": "private_lookup", "description": "Look up the vault records (code zebra-tango).",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    history: list[dict[str, Any]] = [{"role": "user", "content": "look it up " + hidden_call("private_lookup")}]
+    answer = chat(keel, "You help.", history, tools=[*small_catalog(), private])
+    assert answer["tool_calls"][0]["function"]["name"] == "private_lookup"
+    assert any("zebra-tango" in str(b) and b["messages"][-1].get("role") == "tool" for b in bodies(standin)), \
+        "the search answer showed the private tool"
+    history.append({"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": "found nothing"})
+    chat(keel, "You help.", history, tools=small_catalog())  # the private tool is gone from the client's array
+    assert "zebra-tango" not in str(bodies(standin)[-1])
