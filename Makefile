@@ -6,7 +6,7 @@ TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/data/tiktoken)
 TEST_WORKERS ?= 2  # pytest-xdist processes (0: one process); each takes its own Redis db (tests/conftest.py)
 export TIKTOKEN_CACHE_DIR
 
-.PHONY: run demo test install dev bench lint clean
+.PHONY: run demo test test-fast install dev bench lint clean
 
 $(BIN)/keel: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ demo: install
 ## install what the tests need and run them
 test: dev
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+## the unit tier only (no servers; seconds): the spine's pieces on their own
+test-fast: dev
+	$(BIN)/python -m pytest -q -p no:xdist tests/unit
 
 bench: dev
 	$(BIN)/python bench/overhead.py
