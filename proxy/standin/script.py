@@ -17,6 +17,8 @@ called through `call_tool` (Keel's dispatch stability).
     [[ramble 40]]             answer "You said: …" and that many words drawn as a model samples
                               them: the same request gets the same words, another request others
                               (a long answer only a participant holds: proof of continuity)
+    [[sample 40]]             only sampled words, drawn afresh each time (an answer that repeats nothing
+                              it was told and that nobody replaying the request gets again)
 After a tool result (the last message has role `tool`) it answers with text about it.
 Offered `set_memory`, it acts as a memory model: it stores what the newest message asks to keep.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,7 +38,7 @@ import orjson
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
 
-_DIRECTIVE = re.compile(r"\[\[(callx|callq|call|error|sleep|drip|cut|words|ramble)\s*([^\]]*)\]\]")
+_DIRECTIVE = re.compile(r"\[\[(callx|callq|call|error|sleep|drip|cut|words|ramble|sample)\s*([^\]]*)\]\]")
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ def plan_answer(body: JsonObject) -> Script:
     if "words" in found and found["words"].isdigit():
         count = int(found["words"])
         return _with(base, text=" ".join(f"word{i}" for i in range(count)))
+    if found.get("sample", "").isdigit():
+        return _with(base, text=ramble(os.urandom(16), int(found["sample"])))
     clean = _DIRECTIVE.sub("", newest).strip()
     text = f"You said: {clean}" if clean else "Hello! How can I help?"
     if found.get("ramble", "").isdigit():
