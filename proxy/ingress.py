@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy import jsontext
-from proxy.codecs import Codec
+from proxy.codecs import KEEL, Codec
 from proxy.codecs.chat import ChatCodec
 from proxy.config import TenantConfig, key_digests
 from proxy.credentials import CREDENTIAL_HEADERS, KeelKeys
@@ -146,6 +146,9 @@ def request_id(headers: Mapping[str, str]) -> str:
     return given if 0 < len(given) <= 128 and given.isprintable() else uuid.uuid4().hex
 
 
+KEEL_MARK = b'"' + KEEL.encode() + b'"'  # the key Keel marks its view objects with
+
+
 def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
                codec: Codec | None = None, resent: jsontext.Resent | None = None,
                plans: Callable[[Turn], bool] | None = None,
@@ -172,7 +175,7 @@ def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
         if plans is not None:
             wire = _bound(Turn(caller.tenant, raw, body, headers, rid, codec, scope=caller.scope,
                                memory_scope=caller.memory_scope, plannable=False), caller)
-            if not plans(wire):
+            if not plans(wire) or KEEL_MARK in raw:  # Keel's own view key, sent by the client: as sent
                 return wire
         view = codec.view(body)
     except ValueError as exc:

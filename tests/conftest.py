@@ -192,9 +192,11 @@ def start_keel(tmp_path: Path) -> Iterator[Callable[..., ServerThread]]:
     guards: list[NothingInternal] = []
     os.environ["KEEL_TEST_UPSTREAM_KEY"] = "sk-upstream-secret"
 
-    def start(config: KeelConfig, **kwargs: Any) -> ServerThread:
+    def start(config: KeelConfig, clients_send_keel_keys: bool = False, **kwargs: Any) -> ServerThread:
+        """`clients_send_keel_keys`: the test's own bodies carry `_keel` (then they are the client's)."""
         guard = NothingInternal(kwargs.pop("upstream", None) or create_upstream(config.server))
-        guards.append(guard)
+        if not clients_send_keel_keys:
+            guards.append(guard)
         server = ServerThread(create_app(config, upstream=guard, **kwargs), server_config=config.server).__enter__()
         started.append(server)
         return server

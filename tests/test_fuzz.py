@@ -26,7 +26,8 @@ FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.text(max_size=8).filter(lambda k: k != "_keel"), inner, max_size=4),  # that one: see test_invariant_fidelity
     max_leaves=12)
 
 

@@ -148,3 +148,12 @@ def test_system_message_keeps_its_parts_fields_and_breakpoints(upstream: Any,
 def test_minus_zero_keeps_its_sign(keel_on: ServerThread, upstream: Any) -> None:
     assert send(keel_on, body_bytes()[:-1] + b',"x_zero":-0}').status_code == 200
     assert b'"x_zero":-0' in forwarded(upstream[0])
+
+
+def test_a_client_field_named_like_keels_own_goes_as_sent(upstream: Any, start_keel: Callable[..., ServerThread]) -> None:
+    """Keel marks its view objects with `_keel`; a client body that carries that key itself is not
+    planned (its objects would read as Keel's): it goes upstream byte for byte."""
+    keel = start_keel(keel_config(tenant(upstream[1].url + "/v1", **FEATURES)), clients_send_keel_keys=True)
+    body = b'{"model":"m","messages":[{"role":"system","content":"s","_keel":"front"},{"role":"user","content":"hi"}]}'
+    assert send(keel, body).status_code == 200
+    assert forwarded(upstream[0]) == body
