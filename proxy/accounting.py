@@ -114,7 +114,8 @@ class CacheAccounting:
             return
         fragments = relayed_fragments([shown], self.request.body)
         if fragments:
-            self._recording = self.proofs.spawn(location.caller, location.chain.seed, fragments)
+            self._recording = self.proofs.spawn(self.request.tenant.id, location.caller, location.chain.seed,
+                                                fragments)
         self.proofs = None  # once per turn
 
     def record(self, usage: Json, rounds: int = 0, first: Json = None, calls: Sequence[Json] = (),

@@ -107,6 +107,13 @@ class Location:
         return tuple(r for r in self.records if newest is None or r.chain_hash != newest.hash)
 
     @property
+    def writable(self) -> bool:
+        """May what the answer to this turn leaves behind (hidden exchanges, dispatched calls) be
+        added to its records? Not on a regeneration the requester has not proved is theirs: two
+        callers who open alike share a first turn's record, and one must not add to the other's."""
+        return self.kind is not TurnKind.REGENERATED or self.proven
+
+    @property
     def newest_record(self) -> TurnRecord | None:
         """The stored record of the newest user message (set on a regeneration)."""
         newest = self.chain.newest_user
@@ -132,7 +139,7 @@ class Conversations:
         return key(chain.seed, "anchor", segment)
 
     async def locate(self, meanings: Meanings, caller: str, context: str, answers: list[list[Fragment]],
-                     client_conversation: str | None = None) -> Location:
+                     client_conversation: str | None = None, tenant: str = "") -> Location:
         """Where a request sits. Its own namespace (the caller and its exact system prompt) is read
         together with the proofs its history holds; a proof moves it into the namespace of the
         conversation it proves. Without one, only records written under this exact system prompt
@@ -143,12 +150,12 @@ class Conversations:
         users = chain.user_links
         if not users:
             return self.unknown(chain, client_conversation, caller, context)
-        proof_keys = self.proofs.keys(caller, answers)
+        proof_keys = self.proofs.keys(tenant, answers)
         reads = [self.store.get_many([self._turn_key(chain, link.hash) for link in users])]
         if proof_keys:
             reads.append(self.store.get_many(proof_keys))
         raw, *proof_values = await asyncio.gather(*reads)
-        proven = Proofs.proven(answers, proof_values[0]) if proof_values else None
+        proven = Proofs.proven(caller, answers, proof_values[0]) if proof_values else None
         if proven is not None and proven != own:
             chain = meanings.chain(proven)
             users = chain.user_links

@@ -142,13 +142,15 @@ class Pipeline:
 
     async def _record(self, request: Turn) -> None:
         """Write the newest turn's record with what the planners decided (on a regeneration only
-        when the client edited its context since: the new update replaces the old)."""
+        when the client edited its context since and proved the conversation: the new update
+        replaces the old; an unproven regeneration, a first turn's, writes nothing)."""
         location = request.location
         if location is None or not request.record_fields:
             return
         if location.kind in (TurnKind.NEW, TurnKind.CONTINUED):
             record = self.conversations.new_record(location, **request.record_fields)
-        elif location.newest_record is not None and request.notes.get("context_edited"):  # a regeneration after an edit
+        elif location.newest_record is not None and request.notes.get("context_edited") and location.proven:
+            # a regeneration after an edit, by a requester who proved the conversation is theirs
             record = replace(location.newest_record, **request.record_fields)
         else:
             return
@@ -166,7 +168,8 @@ async def locate(conversations: Conversations, request: Turn, digests: ContextDi
     masked = request.conversation_id is not None
     context = digests.digest(text, masked) if digests is not None else ContextDigests().digest(text, masked)
     location = await conversations.locate(Meanings.of(request.messages), request.caller_seed, context,
-                                          history_fragments(request.messages), request.conversation_label)
+                                          history_fragments(request.messages), request.conversation_label,
+                                          request.tenant.id)
     return replace(request, location=location)
 
 

@@ -321,3 +321,18 @@ def test_a_hidden_search_never_returns_under_another_catalog(standin: ServerThre
     history.append({"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": "found nothing"})
     chat(keel, "You help.", history, tools=small_catalog())  # the private tool is gone from the client's array
     assert "zebra-tango" not in str(bodies(standin)[-1])
+
+
+def test_a_long_reply_two_callers_got_proves_nothing(keel: ServerThread, standin: ServerThread) -> None:
+    """A long reply the app gives everyone (here the stand-in's deterministic words) was relayed to
+    the victim first; once another caller of the key got it too, it proves neither's conversation:
+    an attacker who got it as another user, then claims the victim's user id, continues nothing."""
+    victim: list[dict[str, Any]] = [{"role": "user", "content": "[[words 40]]"}]
+    chat(keel, "Base.", victim, {"x-keel-user": "victim"})
+    victim.append({"role": "user", "content": "[[words 3]]"})
+    chat(keel, "Base.\n\n## Private\nThe vault code is zebra-tango.", victim, {"x-keel-user": "victim"})
+    attacker: list[dict[str, Any]] = [{"role": "user", "content": "[[words 40]]"}]
+    chat(keel, "Base.", attacker, {"x-keel-user": "attacker"})  # the same long reply, to another caller
+    copy = [*victim, {"role": "user", "content": "what is the code?"}]  # the victim's turns, guessed
+    chat(keel, "Base.", copy, {"x-keel-user": "victim"})  # claiming the victim's user id on the same key
+    assert "zebra-tango" not in str(bodies(standin)[-1])

@@ -43,7 +43,7 @@ class Client:
         caller = caller_seed(self.tenant, self.user, conversation)
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         location = await self.convs.locate(Meanings.of(messages), caller, context_digest(system),
-                                           history_fragments(messages), conversation)
+                                           history_fragments(messages), conversation, self.tenant)
         if location.kind in (TurnKind.NEW, TurnKind.CONTINUED):
             await self.convs.write_turn(location.chain, self.convs.new_record(location))
         return location
@@ -51,7 +51,7 @@ class Client:
     async def answer(self, location: Any, text: str) -> Msg:
         """The answer Keel relayed for a located turn."""
         message = a(text)
-        await self.convs.proofs.record(location.caller, location.chain.seed, fragments(message))
+        await self.convs.proofs.record(self.tenant, location.caller, location.chain.seed, fragments(message))
         return message
 
 

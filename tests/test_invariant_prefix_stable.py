@@ -65,7 +65,7 @@ class Chat:
     def send(self, text: str | None, *, keep: bool = True) -> tuple[Body, list[Body]]:
         """One client turn (None: resend the history as it is, a regeneration)."""
         if text is not None:
-            self.history.append({"role": "user", "content": text if self.history else text + " [[ramble 40]]"})
+            self.history.append({"role": "user", "content": text if self.history else text + " [[sample 40]]"})
         before = len(self.upstream())
         body = {"model": "m", "tools": catalog(), "messages": [{"role": "system", "content": self.system()},
                                                                   *self.history]}

@@ -119,7 +119,7 @@ class ToolSearchResponder:
 
     async def _store(self, request: Turn, loop: Loop, visible: Message | None, after: list[Message],
                      shown: Message) -> None:
-        if request.location is None or not (loop.before or after):
+        if request.location is None or not (loop.before or after) or not request.location.writable:
             return
         hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown), self.plan.catalog.key)
         try:
@@ -129,7 +129,7 @@ class ToolSearchResponder:
             self.metrics.planner_failures.labels(request.tenant.id, "hidden_exchange").inc()
 
     async def _dispatched(self, request: Turn, dispatched: JsonObject) -> None:
-        if dispatched and request.location is not None:
+        if dispatched and request.location is not None and request.location.writable:
             try:
                 await self.conversations.add_dispatched(request.location, dispatched)
             except Exception as exc:  # bookkeeping, as above

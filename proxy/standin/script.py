@@ -73,7 +73,7 @@ def _offered(body: JsonObject) -> set[str]:
 
 
 def _call_id(seed: str, n: int) -> str:
-    return "call_" + hashlib.blake2b(f"{seed}:{n}".encode(), digest_size=9).hexdigest()
+    return "call_" + hashlib.blake2b(f"{seed}:{n}".encode(), digest_size=12).hexdigest()
 
 
 def plan_answer(body: JsonObject) -> Script:

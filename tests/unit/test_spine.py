@@ -17,7 +17,7 @@ from proxy.conversations import TurnRecord
 from proxy.errors import AuthenticationError, UpstreamConnectError
 from proxy.hidden import HiddenExchange, fingerprint, splice
 from proxy.ingress import Authenticator
-from proxy.proofs import MIN_SECRET_CHARS, SEEN, SHARED, Fragment, Proofs, fragments, sampled
+from proxy.proofs import MIN_SECRET_CHARS, SEEN, SHARED, Fragment, Proofs, fragments, random_id, sampled
 from proxy.relay import relay
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.stores import StoreError
@@ -196,19 +196,36 @@ def test_what_a_fragment_proves() -> None:
     assert [f.strong for f in fragments(long)] == [True]
     assert [f.strong for f in fragments({"role": "assistant", "content": "x" * (MIN_SECRET_CHARS - 1)})] == [False]
     assert [f.strong for f in fragments(long, sampled=False)] == [False]
-    call = {"role": "assistant", "tool_calls": [{"id": "call_" + "a" * 24}, {"id": "c1"}]}
-    assert [f.strong for f in fragments(call)] == [True, False]
-    assert not sampled({"temperature": 0.05}) and sampled({"temperature": 0.06}) and not sampled({"n": 2})
     assert fragments({"role": "assistant", "content": " hi\n there "}) == fragments({"role": "assistant",
                                                                                     "content": "hi there"})
 
 
-def test_the_newest_strong_unshared_answer_proves() -> None:
+@pytest.mark.parametrize(("call_id", "name", "random"), [
+    ("call_Bq7xW2mKp9LzR4tYc8VnD3sF", "f", True),  # OpenAI's
+    ("toolu_01A09q90qw90lq917835lq9", "f", True),  # Anthropic's
+    ("functions.lookup_order:0", "lookup_order", False),  # a model that names and numbers its calls
+    ("call_00000000000000000001", "f", False),  # a counter
+    ("call_lookup_order_lookup_order", "lookup_order", False),
+])
+def test_a_tool_call_id_proves_only_when_random(call_id: str, name: str, random: bool) -> None:
+    assert random_id(call_id, name) is random
+
+
+@pytest.mark.parametrize(("body", "again"), [
+    ({}, False), ({"temperature": 1}, False), ({"temperature": 0.3}, True), ({"temperature": 0.0501}, True),
+    ({"top_p": 0.0001}, True), ({"top_k": 1}, True), ({"seed": 42, "temperature": 0.9}, True), ({"n": 2}, True),
+])
+def test_an_answer_the_same_request_would_get_again_proves_nothing(body: dict[str, Any], again: bool) -> None:
+    assert sampled(body) is not again
+
+
+def test_the_newest_strong_unshared_answer_of_this_caller_proves() -> None:
     a, b = [Fragment("a", True)], [Fragment("b", True), Fragment("c", True)]
-    assert Proofs.proven([a, b], [b"ns1", None, None]) == "ns1"
-    assert Proofs.proven([a, b], [SHARED.encode(), b"ns2", None]) == "ns2"
-    assert Proofs.proven([a, b], [(SEEN + "ns1").encode(), None, b"ns3"]) == "ns3"
-    assert Proofs.proven([a], [SHARED.encode()]) is None
+    assert Proofs.proven("me", [a, b], [b"me ns1", None, None]) == "ns1"
+    assert Proofs.proven("me", [a, b], [SHARED.encode(), b"me ns2", None]) == "ns2"
+    assert Proofs.proven("me", [a, b], [(SEEN + "me ns1").encode(), None, b"me ns3"]) == "ns3"
+    assert Proofs.proven("me", [a], [b"another ns1"]) is None, "relayed to another caller"
+    assert Proofs.proven("me", [a], [SHARED.encode()]) is None
 
 
 # --- the authenticator ---------------------------------------------------------------------------
