@@ -30,10 +30,12 @@ from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.choice import read_choice
 from proxy.tools.deferral import client_deferral, client_searches
+from proxy.tools.gate import FOLLOW_UP_FLOOR, follow_up
 from proxy.tools.learned import LearnedPhrases, scope_of
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
+from proxy.tools.window import Window, with_context
 from proxy.turn import Responder, Turn
 
 log = logging.getLogger("keel.tools")
@@ -177,7 +179,10 @@ class ToolPlanner:
 
     async def fresh(self, turn: TurnTools, policy: BlockPolicy, keep_empty: bool = False) -> Choice | None:
         request, catalog = turn.request, turn.catalog
-        surfaced, deferred, outcome = await self._select(request, catalog, turn.query, set(turn.pinned), turn.stored)
+        records = request.location.records if request.location else ()
+        window = Window.of(turn.messages, found_tools(records))
+        surfaced, deferred, outcome = await self._select(request, catalog, turn.query, set(turn.pinned), turn.stored,
+                                                         window)
         self._count(request, catalog, surfaced, deferred)
         if not deferred and not keep_empty:
             return None
@@ -230,13 +235,19 @@ class ToolPlanner:
         return planned.with_headers(**{"x-keel-tools": f"{len(choice.surfaced)}/{len(catalog.entries)}"})
 
     async def _select(self, request: Turn, catalog: Catalog, query: str, pinned: set[str],
-                      stored: bool = True) -> tuple[list[str], list[str], str]:
+                      stored: bool = True, window: Window | None = None) -> tuple[list[str], list[str], str]:
         from proxy.tools.text import clauses
 
         select = request.tenant.tools.select
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
         ranker = self.ranker(request.tenant) if stored else LEXICAL
         ranking, outcome = await self._rank(request, catalog, query, candidates, ranker)
+        if ranking is not None and window is not None and window.context:  # the conversation is the query
+            follows = follow_up(query, window.acted)
+            lexical = ranking.fallback or isinstance(ranker, LexicalRanker)
+            ranking = with_context(ranking, window, catalog, candidates, select.shortlist, follows, lexical)
+            if follows:
+                ranking = replace(ranking, needs_tool=max(ranking.needs_tool, FOLLOW_UP_FLOOR))
         recalled: tuple[int, ...] = ()
         if ranking is not None and self.learned is not None and select.learn and stored:
             recall = await self.learned.recall(scope_of(request.tenant.id, request.owner), catalog, query, candidates)
