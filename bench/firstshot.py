@@ -73,14 +73,14 @@ class Shipped:
 class Shipper:
     """The tool planner with default settings (`defer.min_tools` 0) over one ranker."""
 
-    def __init__(self, ranker: Any, counter: TokenCounter | None = None) -> None:
+    def __init__(self, ranker: Any, counter: TokenCounter | None = None, learned: Any = None) -> None:
         config = parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [{
             "id": "bench", "auth": {"passthrough": True}, "upstream": {"base_url": "http://x"},
             "tools": {"enabled": True, "defer": {"min_tools": 0}}}]})
         self.tenant = config.tenants[0]
         self.counter = counter or TokenCounter()
         self.planner = ToolPlanner(CatalogCache(self.counter), lambda c: Synchronous(ranker), Metrics(),
-                                   lambda plan, r: plan)
+                                   lambda plan, r: plan, learned=learned)
         self._full: dict[int, int] = {}
 
     def ship(self, tools: list[dict[str, Any]], query: str, tokens: bool = False) -> Shipped:

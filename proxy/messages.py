@@ -20,6 +20,14 @@ def message_text(message: Message) -> str:
     return ""
 
 
+def newest_user_index(messages: Sequence[Message]) -> int:
+    """The index of the newest user message (-1 when there is none)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return -1
+
+
 def newest_user_text(messages: Sequence[Message]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":

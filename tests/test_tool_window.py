@@ -105,3 +105,44 @@ async def test_context_adds_to_any_backend_on_its_own_scale() -> None:
     fused = with_context(ranking, window, catalog, candidates, 3, follow_up=True, lexical=False)
     assert catalog.entries[fused.order[0]].name == "kubectl_logs"
     assert max(fused.scores) <= 1.0 + 3.0  # the ranker's top plus the follow-up's boost at most
+
+
+GIT = [tool("git_add", "Stage files.", **PARAMS), tool("git_commit", "Record staged changes.", **PARAMS),
+       tool("git_status", "Show the working tree status.", **PARAMS),
+       tool("jira_transition_issue", "Move an issue; get the transition id with jira_get_transitions.", **PARAMS),
+       tool("jira_get_transitions", "List the transitions an issue can take.", **PARAMS)]
+
+
+async def test_the_unsaid_step_ships_once_traffic_has_shown_it() -> None:
+    """Models of this scope called git_add right before git_commit (twice): "commit my changes"
+    now ships git_add too; another scope, or one pair seen once, ships no such guess."""
+    from proxy.stores.sqlite import SqliteStore
+    from proxy.tools.learned import SEQUENCE_SEEN, LearnedPhrases, scope_of
+
+    config = keel_config(tenant("http://up/v1", tools={"enabled": True, "stability": "per_turn",
+                                                        "defer": {"min_tools": 0}}))
+    learned = LearnedPhrases(SqliteStore(":memory:"))
+
+    async def ship(user: str) -> tuple[str, ...]:
+        turn = Turn(config.tenants[0], b"", {"model": "m", "tools": GIT, "user": user,
+                                             "messages": [{"role": "user", "content": "commit my changes"}]}, {}, "r")
+        planner = ToolPlanner(CatalogCache(TokenCounter()), lambda cfg: FakeRanker(best=["git_commit"]), Metrics(),
+                              lambda plan, r: plan, learned=learned)
+        planned = await planner.plan(turn)
+        assert isinstance(planned.responder, ToolPlan)
+        return planned.responder.surfaced
+
+    probe = Turn(config.tenants[0], b"", {"model": "m", "user": "ann", "messages": []}, {}, "r")
+    scope = scope_of(config.tenants[0].id, probe.owner)
+    await learned.learn_sequence(scope, "git_add", "git_commit")
+    assert await ship("ann") == ("git_commit",)  # seen once: not yet
+    for _ in range(SEQUENCE_SEEN):
+        await learned.learn_sequence(scope, "git_add", "git_commit")
+    learned._sequences.clear()  # read again now, not a minute later
+    assert await ship("ann") == ("git_add", "git_commit")
+    assert await ship("bob") == ("git_commit",)  # another end user's traffic teaches nothing here
+
+
+def test_a_tools_description_names_its_companions_of_the_same_server() -> None:
+    catalog = build_catalog("g", GIT)
+    assert catalog.companions() == {"jira_transition_issue": ("jira_get_transitions",)}
