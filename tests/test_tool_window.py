@@ -146,3 +146,15 @@ async def test_the_unsaid_step_ships_once_traffic_has_shown_it() -> None:
 def test_a_tools_description_names_its_companions_of_the_same_server() -> None:
     catalog = build_catalog("g", GIT)
     assert catalog.companions() == {"jira_transition_issue": ("jira_get_transitions",)}
+
+
+def test_the_lexical_index_reads_arabic_persian_and_indic_scripts() -> None:
+    """Arabic letters unified and the article taken off, Persian's ZWNJ split, Indic words kept whole
+    with their vowel signs: each meets the glossary's English words without a download."""
+    from proxy.tools.text import query_terms
+
+    assert "backlink" in query_terms("اعرض لي الروابط الخلفية لموقع example.com")
+    assert "log" in query_terms("لاگ‌های پاد api را نشان بده")
+    assert {"custom", "creat"} <= set(query_terms("स्ट्राइप में नया ग्राहक बनाओ"))
+    assert "ग्राहक" in query_terms("नया ग्राहक")  # one word, not "ग" + "र" + "हक"
+    assert "time" in query_terms("ตอนนี้กี่โมงที่กรุงเทพ")
