@@ -87,7 +87,7 @@ _ASKS = re.compile(_LEAD + r"(?:are|is|am|was|were|do|does|did|can|could|will|wo
 _WANTS = re.compile(
     _LEAD + r"(?:i (?:really )?(?:need|want|wanna|would like|'d like|wish|am looking|'m looking|am trying|'m trying|"
     r"have to|gotta)(?: you)?(?: to| for| a| an| the| some| my| help| more| another)\b|i'd like (?:to|a|an|the|some)\b|"
-    r"let me know|tell me|remind me|how (?:about|come)|"
+    r"let me know|tell me|remind me|how (?:about|come)|let (?:the |my |our )?\w+(?: \w+)? know\b|"
     r"(?:cancel|reserve|book|order|buy|send|text|play|turn|put|get|go|roll|flip|share|schedule|pay|transfer|whisper|"
     r"speak|read|open|close|start|stop|pause|resume|skip|repeat|mute|unmute|increase|decrease|lower|raise|check|"
     r"confirm|track|report|request|apply|block|freeze|unfreeze|dial|email|message|navigate|delete|clear|undo|redo|"
