@@ -73,21 +73,29 @@ class Shipped:
 class Shipper:
     """The tool planner with default settings (`defer.min_tools` 0) over one ranker."""
 
-    def __init__(self, ranker: Any, counter: TokenCounter | None = None) -> None:
+    def __init__(self, ranker: Any, counter: TokenCounter | None = None, learned: Any = None) -> None:
         config = parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [{
             "id": "bench", "auth": {"passthrough": True}, "upstream": {"base_url": "http://x"},
             "tools": {"enabled": True, "defer": {"min_tools": 0}}}]})
         self.tenant = config.tenants[0]
         self.counter = counter or TokenCounter()
         self.planner = ToolPlanner(CatalogCache(self.counter), lambda c: Synchronous(ranker), Metrics(),
-                                   lambda plan, r: plan)
+                                   lambda plan, r: plan, learned=learned)
         self._full: dict[int, int] = {}
 
     def ship(self, tools: list[dict[str, Any]], query: str, tokens: bool = False) -> Shipped:
         return asyncio.run(self.ship_async(tools, query, tokens))
 
     async def ship_async(self, tools: list[dict[str, Any]], query: str, tokens: bool = False) -> Shipped:
-        body = {"model": "m", "tools": tools, "messages": [{"role": "user", "content": query}]}
+        return await self.ship_messages_async(tools, [{"role": "user", "content": query}], tokens)
+
+    def ship_messages(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> Shipped:
+        """What Keel ships for a conversation whose newest user message is the turn."""
+        return asyncio.run(self.ship_messages_async(tools, messages))
+
+    async def ship_messages_async(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
+                                  tokens: bool = False) -> Shipped:
+        body = {"model": "m", "tools": tools, "messages": messages}
         planned = await self.planner.plan(Turn(self.tenant, b"", body, {}, "bench"))
         plan = planned.responder
         if not isinstance(plan, ToolPlan):
@@ -96,7 +104,8 @@ class Shipper:
         if tokens and full is None:
             full = self._full[id(tools)] = self.counter.count(jsontext.dumps(tools).decode())
         sent = self.counter.count(jsontext.dumps(planned.body["tools"]).decode()) if tokens else 0
-        extra = len(set(plan.surfaced) - pinned_everywhere(self, tools))
+        called = {c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
+        extra = len(set(plan.surfaced) - pinned_everywhere(self, tools) - called)
         return Shipped(frozenset(plan.surfaced), plan.outcome, extra, sent, full or 0)
 
 
@@ -127,9 +136,14 @@ class Tally:
 
 def tally(shipper: Shipper, tools: list[dict[str, Any]], rows: Sequence[dict[str, Any]],
           tokens: bool = False) -> Tally:
+    """Rows carry a `query` (one user message) or `messages` (a conversation, the newest user
+    message last; lean then means nothing beyond what every turn ships and what the history called)."""
     result = Tally({}, [], [], [], [])
     for row in rows:
-        out = shipper.ship(tools, row["query"], tokens)
+        if "messages" in row:
+            out = asyncio.run(shipper.ship_messages_async(tools, row["messages"], tokens))
+        else:
+            out = shipper.ship(tools, row["query"], tokens)
         if row["steps"]:
             result.hits.setdefault(row["class"], []).append(hit(out.names, row["steps"]))
             result.withheld.append(out.outcome == "no_tool_needed")

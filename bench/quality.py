@@ -21,11 +21,15 @@ from typing import Any
 import splits
 from firstshot import MODEL_DIR, Shipper, catalog_tools, hit, jsonl, make_ranker, tally
 from overhead import table
+from tools import conversation_before
 
 from proxy.memory.gate import LexicalMemoryGate
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
+from proxy.tools.gate import follow_up
 from proxy.tools.ranking import LexicalRanker
+from proxy.tools.window import Window, _weighted, with_context
+from proxy.turn import Turn
 
 DATA = Path(__file__).parent / "data"
 HELD = DATA / "heldout"
@@ -68,6 +72,7 @@ def tune_rows(shipper: Shipper) -> dict[str, str]:
     oos = [t for t, i in splits.clinc("fit") if i == "oos"][:100]
     out["C CLINC150 oos_train lean (208)"] = frac(share(
         tally(shipper, agent, [{"query": t, "steps": [], "class": "c"} for t in oos]).lean))
+    out.update(window_rows(shipper, DEV / "window.jsonl", "C"))
     return out
 
 
@@ -114,7 +119,75 @@ def tool_rows(backend: str, shipper: Shipper, quick: bool) -> dict[str, str]:
     oos = [t for t, i in splits.clinc("eval") if i == "oos"][: cap or None]
     out["P CLINC150 OOS as chat turns, lean (208)"] = frac(share(
         tally(shipper, agent, [{"query": t, "steps": [], "class": "c"} for t in oos]).lean))
+    out.update(window_rows(shipper, HELD / "issue23.jsonl", "H"))
+    out.update(api_bank_rows(shipper, quick))
+    out.update(window_rows(shipper, DEV / "window.jsonl", "C"))
     return out
+
+
+WINDOW_CLASSES = ("follow_up", "prerequisite", "scripts", "shared_word")
+LEAN_CLASSES = ("explanation", "follow_up_chat")
+
+
+def window_rows(shipper: Shipper, path: Path, mark: str) -> dict[str, str]:
+    """Issue 23's classes (conversations; `mark` H: held out, C: coverage), per class only."""
+    out: dict[str, str] = {}
+    rows = jsonl(path)
+    catalogs = {"208": catalog_tools("agent_8servers.json"), "782": catalog_tools("all_tools.json")}
+    for cat, tools in catalogs.items():
+        mine = [r for r in rows if r["catalog"] == cat]
+        got = tally(shipper, tools, mine)
+        for cls in WINDOW_CLASSES:
+            if got.recall(cls)[1]:
+                out[f"{mark} {cat} {cls}"] = frac(got.recall(cls))
+        for cls in LEAN_CLASSES:
+            lean = tally(shipper, tools, [r for r in mine if r["class"] == cls]).lean
+            if lean:
+                out[f"{mark} {cat} {cls} lean"] = frac(share(lean))
+    non_latin = [r for r in rows if r["class"] == "scripts"]
+    for group, langs in (("CJK", ("zh", "ja", "ko")), ("Arabic script, Hebrew", ("ar", "fa", "he")),
+                         ("Indic, Thai", ("hi", "bn", "th"))):
+        flags = [hit(shipper.ship_messages(catalogs[r["catalog"]], r["messages"]).names, r["steps"])
+                 for r in non_latin if r["lang"] in langs]
+        out[f"{mark} scripts: {group}"] = frac(share(flags))
+    return out
+
+
+def after_traffic(backend: str, model: Path) -> dict[str, str]:
+    """Held-out prerequisite rows once traffic has shown sequences: a scope taught, through the path
+    the responder learns by (`learn_sequence`), each consecutive pair of steps of the dev
+    prerequisite rows (coverage sets; other asks than the held-out ones) SEQUENCE_SEEN times."""
+    import asyncio
+
+    from proxy.stores.sqlite import SqliteStore
+    from proxy.tools.learned import SEQUENCE_SEEN, LearnedPhrases, scope_of
+
+    learned = LearnedPhrases(SqliteStore(":memory:"))
+    shipper = Shipper(make_ranker(backend, model), learned=learned)
+    scope = scope_of(shipper.tenant.id, Turn(shipper.tenant, b"", {"messages": []}, {}, "bench").owner)
+
+    async def teach() -> None:
+        for row in jsonl(DEV / "window.jsonl"):
+            if row["class"] == "prerequisite":
+                for before, after in zip(row["steps"], row["steps"][1:], strict=False):
+                    for _ in range(SEQUENCE_SEEN):
+                        await learned.learn_sequence(scope, before[0], after[0])
+
+    asyncio.run(teach())
+    out = {}
+    rows = jsonl(HELD / "issue23.jsonl")
+    for cat, name in (("208", "agent_8servers.json"), ("782", "all_tools.json")):
+        mine = [r for r in rows if r["catalog"] == cat and r["class"] == "prerequisite"]
+        out[f"H {cat} prerequisite, after traffic of dev sequences"] = frac(tally(shipper, catalog_tools(name), mine).recall())
+    return out
+
+
+def api_bank_rows(shipper: Shipper, quick: bool) -> dict[str, str]:
+    """API-Bank level 1 (eval only): the dialogue so far, the gold API shipped first shot?"""
+    tools, asks = splits.api_bank()
+    asks = asks[: 150 if quick else None]
+    got = [hit(shipper.ship_messages(tools, messages).names, [[gold]]) for messages, gold in asks]
+    return {f"P API-Bank level 1 dialogues ({len(tools)} APIs), gold shipped": frac(share(got))}
 
 
 def metatool_tools() -> list[dict[str, Any]]:
@@ -187,6 +260,16 @@ def latency() -> dict[str, str]:
                 ranker.rank_now(q, catalog, candidates, 5)
                 times.append((time.perf_counter() - t0) * 1000)
         out[f"C lexical ranking p50 ms, {size} tools"] = f"{statistics.median(times):.3f}"
+        added = []
+        for q in queries:
+            conversation = conversation_before(q)
+            t0 = time.perf_counter()
+            window = Window.of(conversation)
+            with_context(ranker.rank_now(q, catalog, candidates, 5), window, catalog, candidates, 5,
+                         follow_up(q, window.acted), True)
+            added.append((time.perf_counter() - t0) * 1000)
+            _weighted.cache_clear()
+        out[f"C window added p50 ms, {size} tools"] = f"{statistics.median(added) - statistics.median(times):.3f}"
     return out
 
 
@@ -197,7 +280,11 @@ TARGETS = {"H 208 first-shot recall": ">=0.80 / >=0.90", "H 782 first-shot recal
            "H 208 tool-token cut (mean / min)": ">=95%", "H 782 tool-token cut (mean / min)": ">=95%",
            "H memory recall / FP (hard negatives)": ">=0.95 / <=0.15", "H memory recall, worst language": ">=0.95",
            "H chat mix: memory-model runs avoided": ">=0.80", "C lexical ranking p50 ms, 200 tools": "<=1",
-           "C lexical ranking p50 ms, 1000 tools": "<=5"}
+           "H 208 follow_up": ">=0.75", "H 782 follow_up": ">=0.75", "H 208 explanation lean": ">=0.85",
+           "H 782 explanation lean": ">=0.85", "H scripts: CJK": ">=0.75", "H scripts: Arabic script, Hebrew": ">=0.75",
+           "H scripts: Indic, Thai": ">=0.75", "H 208 prerequisite": ">=0.60", "H 782 prerequisite": ">=0.60",
+           "C lexical ranking p50 ms, 1000 tools": "<=5",
+           "C window added p50 ms, 200 tools": "<=1", "C window added p50 ms, 1000 tools": "<=1"}
 LABELS = {"H": "held out", "C": "coverage", "P": "held out (public eval half / eval-only set)"}
 
 
@@ -214,7 +301,8 @@ def main() -> None:
         tuned = {b: tune_rows(Shipper(make_ranker(b, args.model), counter)) for b in backends}
         table(["figure", *backends], [[k[2:], *(tuned[b][k] for b in backends)] for k in tuned[backends[0]]])
         return
-    per_backend = {b: tool_rows(b, Shipper(make_ranker(b, args.model), counter), args.quick) for b in backends}
+    per_backend = {b: {**tool_rows(b, Shipper(make_ranker(b, args.model), counter), args.quick),
+                       **after_traffic(b, args.model)} for b in backends}
     rows: list[Row] = []
     for key in per_backend[backends[0]]:
         rows.append([LABELS[key[0]], key[2:], *(per_backend[b][key] for b in backends), TARGETS.get(key, "")])

@@ -8,7 +8,7 @@ loader's rows drift from it (the freeze is what makes a figure "held out").
 
     fit   MetaTool awareness/single/multi (fit half), CLINC150 train + oos_train,
           BFCL memory prerequisite turns, Keel's own bench/data/dev and bench/data/*.jsonl
-    eval  MetaTool (eval half), CLINC150 test + oos_test, ToolBench (all), API-Bank level 1 (all),
+    eval  MetaTool (eval half), CLINC150 test + oos_test, ToolBench (all), API-Bank level 1 (all: `api_bank`),
           and the frozen bench/data/heldout (written by other hands; never read by the tuning code)
 """
 
@@ -72,6 +72,53 @@ def toolbench() -> tuple[list[dict[str, Any]], list[tuple[str, list[str]]]]:
     return list(tools.values()), [(q, g) for q, g in asks if g]
 
 
+def api_bank() -> tuple[list[dict[str, Any]], list[tuple[list[dict[str, Any]], str]]]:
+    """Eval only. API-Bank level 1: the APIs its dialogues offer (49, as OpenAI tools) and
+    (chat messages, gold API) per row: the dialogue so far as user and assistant messages, each
+    earlier `API-Request: [Name(...)]->result` as an assistant tool call and its result; the
+    newest user message is the turn ranked (the API it needs often rests on the turns before)."""
+    rows = json.loads((EVAL / "api_bank" / "level-1-api.json").read_text())
+    apis: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        listed = row["instruction"].split("API descriptions:", 1)[1]
+        for line in listed.strip().splitlines():
+            if line.strip().startswith("{"):
+                api = json.loads(line)
+                params = {k: {"type": "string", "description": str(v.get("description", ""))}
+                          for k, v in (api.get("input_parameters") or {}).items()}
+                apis.setdefault(api["name"], {"type": "function", "function": {
+                    "name": api["name"], "description": api.get("description", ""),
+                    "parameters": {"type": "object", "properties": params}}})
+    asks = []
+    for row in rows:
+        gold = row["expected_output"].split("[", 1)[1].split("(", 1)[0].strip()
+        asks.append((_dialogue(row["input"]), gold))
+    return list(apis.values()), asks
+
+
+def _dialogue(text: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        who, _, said = line.partition(":")
+        said = said.strip()
+        if who == "User":
+            messages.append({"role": "user", "content": said})
+        elif who == "AI":
+            messages.append({"role": "assistant", "content": said})
+        elif who == "API-Request" and "(" in said:
+            call, _, result = said.strip("[").partition("->")
+            name, _, args = call.partition("(")
+            cid = f"call_{len(messages)}"
+            messages.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": cid, "type": "function", "function": {"name": name.strip(), "arguments": args.rstrip(")]")}}]})
+            messages.append({"role": "tool", "tool_call_id": cid, "content": result})
+        elif messages and who not in ("Generate API Request", "API-Request"):
+            messages[-1]["content"] = f"{messages[-1]['content']}\n{line}"
+    while messages and messages[-1]["role"] != "user":  # the request ends at the newest user message
+        messages.pop()
+    return messages
+
+
 def _safe(name: str) -> str:
     out = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
     return out[:64]
@@ -102,6 +149,7 @@ SETS: dict[str, Callable[[], Any]] = {
     "metatool_multi/fit": lambda: metatool_multi("fit"),
     "metatool_multi/eval": lambda: metatool_multi("eval"),
     "toolbench/eval": lambda: toolbench()[1],
+    "api_bank/eval": lambda: api_bank()[1],
     "clinc/fit": lambda: clinc("fit"),
     "clinc/eval": lambda: clinc("eval"),
     "bfcl_memory_turns/fit": bfcl_memory_turns,

@@ -42,8 +42,10 @@ from proxy.metrics import Metrics
 from proxy.standin.script import hidden_call
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import CatalogCache
+from proxy.tools.gate import follow_up
 from proxy.tools.planner import ToolPlan, ToolPlanner
 from proxy.tools.ranking import LexicalRanker
+from proxy.tools.window import Window, _weighted, with_context
 from proxy.turn import Turn
 
 METATOOL = SHARED / "data" / "eval" / "metatool"
@@ -349,6 +351,19 @@ def local_latency(model: Path) -> None:
           f" backend's {lexical_ms:.2f} ms in the same run")
 
 
+def conversation_before(query: str) -> list[dict[str, Any]]:
+    """Two exchanges with tool calls and replies before `query`: the window a follow-up is read in."""
+    messages: list[dict[str, Any]] = []
+    for i, (ask, name) in enumerate((("list the open pull requests in acme/web", "list_pull_requests"),
+                                     ("show me the failing checks of the first one", "get_job_logs"))):
+        messages += [{"role": "user", "content": ask},
+                     {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function",
+                      "function": {"name": name, "arguments": json.dumps({"owner": "acme", "repo": "web"})}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": "#412 Add dark mode\n#409 Bump axios"},
+                     {"role": "assistant", "content": "Two are open: #412 and #409; #409 failed its tests."}]
+    return [*messages, {"role": "user", "content": query}]
+
+
 def latency(quick: bool) -> None:
     all_tools: list[dict[str, Any]] = orjson.loads((CATALOGS / "all_tools.json").read_bytes())["tools"]
     extra = [{**t, "function": {**t["function"], "name": t["function"]["name"] + "_v2"}} for t in all_tools]
@@ -370,7 +385,7 @@ def latency(quick: bool) -> None:
         rebuild_ms = (time.perf_counter() - started) * 1000
         ranker = LexicalRanker()
         everything = list(range(len(tools)))
-        times, hits, parses = [], [], []
+        times, hits, parses, windowed = [], [], [], []
         for _ in range(3 if quick else 10):
             for query in agent:
                 body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": query}], "tools": tools})
@@ -384,13 +399,22 @@ def latency(quick: bool) -> None:
                 t1 = time.perf_counter()
                 catalog.names_in(query, 5)
                 hits.append((time.perf_counter() - t1) * 1000)
+                conversation = conversation_before(query)
+                t1 = time.perf_counter()  # the window: the turns before read as context (fresh: no cache)
+                window = Window.of(conversation)
+                ranking = ranker.rank_now(query, catalog, everything, 5)
+                with_context(ranking, window, catalog, everything, 5, follow_up(query, window.acted), True)
+                windowed.append((time.perf_counter() - t1) * 1000 - times[-1])
+                _weighted.cache_clear()
         times.sort()
         parse = statistics.median(parses)
         rows.append([size, f"{build_ms:.1f}", f"{rebuild_ms:.1f} ({rebuild_ms / build_ms:.2f}x)",
                      f"{statistics.median(times):.3f}", f"{times[int(0.99 * len(times))]:.3f}",
+                     f"{statistics.median(windowed):+.3f}",
                      f"{statistics.median(hits):.3f}", f"{parse:.3f}", f"{statistics.median(times) / parse:.2f}x"])
     print("\n4. Ranking latency, lexical backend, warm index (ms; one index build per catalog, then lookups)")
     table(["tools", "index build (once)", "one tool changed (vs build)", "lookup+rank p50", "lookup+rank p99",
+           "window added p50 (3 exchanges)",
            "name matching p50", "request parse p50 (baseline)", "lookup+rank / parse"], rows)
 
 

@@ -28,6 +28,14 @@ def tool_calls(message: Message) -> list[Message]:
     return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
+def newest_user_index(messages: Sequence[Message]) -> int:
+    """The index of the newest user message (-1 when there is none)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return -1
+
+
 def newest_user_text(messages: Sequence[Message]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":

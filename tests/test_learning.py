@@ -128,7 +128,8 @@ def test_memory_gate_audit_counts_what_the_gate_missed(standin: ServerThread,
     keel = start_keel(keel_config(tenant(standin.url + "/v1", memory=memory)))
     headers = {**AUTH, "x-keel-user": "zoe"}
     httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={
-        "model": "m", "messages": [{"role": "user", "content": "my locker code is 4411"}]}).raise_for_status()
+        "model": "m", "messages": [{"role": "user", "content": "my locker code is 4411, when does the gym open?"}]}
+    ).raise_for_status()  # a question: the gate skips it, the audited model keeps the code
     assert eventually(lambda: sample(keel, "keel_memory_gate_audit_total", outcome="missed") == 1)
     time.sleep(0.1)
     assert sample(keel, "keel_memory_gate_decisions_total", outcome="skip") == 1

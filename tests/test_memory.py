@@ -30,15 +30,16 @@ OFFER = {"role": "assistant", "content": "You use Neovim. Should I remember your
     ("yes, remember that", [OFFER], True),
     ("Recuerda que prefiero respuestas cortas", [], True),
     ("覚えておいて：私はベジタリアンです", [], True),
-    ("I prefer answers in Japanese from now on", [], False),
-    ("my name is Ali", [], False),
-    ("I work as a product designer at YankoDesign, can you help me draft an email?", [], False),
+    ("I prefer answers in Japanese from now on", [], True),  # a standing preference: the memory model decides
+    ("my name is Ali", [], True),  # a first-person statement: the memory model decides
+    ("I work as a product designer at YankoDesign, can you help me draft an email?", [], False),  # a request for work
     ("thanks, that was helpful", [], False),
     ("yes", [{"role": "assistant", "content": "Shall I continue with the draft?"}], False),
     ("do you remember what I said about my editor?", [], False),
 ])
 def test_gate_judges_the_newest_message(text: str, context: list[dict[str, Any]], expected: bool) -> None:
-    """Explicit requests (also after an offer, in several languages) pass; stated facts do not."""
+    """Explicit requests (also after an offer, in several languages) and statements about the user
+    run the memory model; small talk, questions and requests for work do not (the inverted posture)."""
     assert (LexicalMemoryGate().judge_now(text, context, (), {}).probability >= 0.5) is expected
 
 
@@ -84,9 +85,10 @@ def entries(keel: ServerThread, user: str, key: str = KEY) -> dict[str, str]:
     return data
 
 
-def test_six_turns_one_memory_model_run(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+def test_six_turns_two_memory_model_runs(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     """Open a page, find links, thanks, a stated preference, "please remember" it, a screenshot:
-    the memory model runs once, and the preference is saved."""
+    the memory model runs for the preference and the request (the gate skips only what is clearly
+    not about memory), and the preference is saved."""
     keel = start_keel(keel_config(memory_tenant(standin.url + "/v1")))
     client = openai.OpenAI(base_url=keel.url + "/v1", api_key=KEY, max_retries=0,
                            default_headers={"x-keel-user": "ali"})
@@ -99,11 +101,11 @@ def test_six_turns_one_memory_model_run(standin: ServerThread, start_keel: Calla
         history.append({"role": "assistant", "content": reply.choices[0].message.content})
     assert wait_for(lambda: entries(keel, "ali") != {})
     time.sleep(0.3)
-    assert memory_calls(standin) == 1
+    assert wait_for(lambda: memory_calls(standin) == 2)
     assert entries(keel, "ali") == {"preference": "I prefer dark mode screenshots"}
     metrics = httpx.get(keel.url + "/metrics").text
-    assert 'keel_memory_gate_decisions_total{outcome="skip",tenant="acme"} 5.0' in metrics
-    assert 'keel_memory_model_runs_total{result="ok",tenant="acme"} 1.0' in metrics
+    assert 'keel_memory_gate_decisions_total{outcome="skip",tenant="acme"} 4.0' in metrics
+    assert 'keel_memory_model_runs_total{result="ok",tenant="acme"} 2.0' in metrics
     cost = next(x for x in metrics.splitlines() if x.startswith("keel_judgment_cost_usd_total{"))
     assert 'judgment="memory_model"' in cost and float(cost.split()[-1]) > 0
 

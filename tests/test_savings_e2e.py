@@ -75,7 +75,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             chat.say("hello there")
             chat.say("Close ticket T-1, it is solved [[call close_ticket {\"id\": \"T-1\"}]]", "10:00:40")
             chat.say("Please remember that I prefer short answers", "10:01:13")
-            chat.say("And let the customer know by phone " + hidden_call("send_sms", '{"id": "C-9"}'), "10:01:52")
+            chat.say("Could you reach out to the customer about the resolution please? "  # a fresh ask: searched
+                     + hidden_call("send_sms", '{"id": "C-9"}'), "10:01:52")
             admin = {"authorization": f"Bearer {ADMIN}"}
 
             def summary() -> dict[str, Any]:

@@ -1,13 +1,14 @@
-"""The embedded memory gate: is the newest user message asking to remember, update or forget?
+"""The embedded memory gate: is the newest user message about memory, or clearly not?
 
-Patterns in 17 languages (`proxy.memory.phrases`) for explicit requests about the user: keep
-("remember that I…"), forget ("forget my address"), being called something ("call me Sam"),
-updates to a fact ("I moved from Lisbon to Porto", "my new email is…"), and a yes to the
-assistant's offer to remember, read against that offer. Costs are asymmetric (a skipped memory
-is lost, an extra run is one cheap call), so the gate says no only where it knows the language:
-a message in any other language or script runs the memory model. It says no to what only looks
-like memory: quoted speech, instructions about the task ("don't forget to add tests", "forget
-the last paragraph"), questions about what the assistant remembers or how memory works.
+Costs are asymmetric (a skipped memory is lost, an extra run is one cheap call), so the posture
+is inverted: the gate says a confident yes to explicit requests about the user, in 17 languages
+(`proxy.memory.phrases`: keep "remember that I…", forget, "call me Sam", updates "I moved to
+Porto", a yes to the assistant's offer to remember), a confident no only to what is clearly not
+about memory (`proxy.memory.posture`: small talk and acknowledgements, questions, requests for
+work, code, unless they carry a standing instruction such as "from now on…"), and NOT_SURE,
+which runs the memory model, to everything else: first-person statements, preferences,
+corrections, and a language the patterns do not know (there only small talk and code are
+skipped). Quoted speech is not the user's own words.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Protocol
 
 from proxy.jsontext import JsonObject
 from proxy.memory import phrases
+from proxy.memory.posture import skip_class
 from proxy.messages import message_text
 from proxy.tools.text import language
 
@@ -68,10 +70,12 @@ class LexicalMemoryGate:
         said = _QUOTED.sub(" ", text)  # what the user says, not what someone else said
         lang = language(said if said.strip() else text)
         short_latin = lang == "und" and len(said.split()) <= 4 and all(ord(c) < 0x0250 for c in said)
-        if lang not in phrases.LANGUAGES and not short_latin:
-            return GateResult(NOT_SURE)  # a language the patterns do not know: run the memory model
+        if lang not in phrases.LANGUAGES and not short_latin:  # a language the patterns do not know:
+            skipped = skip_class(said, context, text) in ("small_talk", "code")  # only what reads alike in any
+            return GateResult(NO if skipped else NOT_SURE)
         if not (asks(said, context) or confirms(said, context)):
-            return GateResult(NO)
+            # the posture: skip only what is clearly not about memory; run the memory model for the rest
+            return GateResult(NO if skip_class(said, context, text) else NOT_SURE)
         lowered = text.lower()
         category = next((k for k in valid_keys if k.lower() in lowered), None)
         updates = any(k.lower() in lowered for k in memory) or _found(phrases.UPDATE, lang, said) is not None or bool(

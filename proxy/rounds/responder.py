@@ -24,7 +24,7 @@ from proxy.encoding import decoded
 from proxy.errors import ProxyError, UpstreamConnectError
 from proxy.hidden import HiddenExchange, fingerprint
 from proxy.jsontext import Json, JsonObject
-from proxy.messages import Message, newest_user_text
+from proxy.messages import Message, called_in_order, newest_user_index, newest_user_text
 from proxy.metrics import Metrics
 from proxy.relay import INSPECT_LIMIT, client_headers, read_limited, relay, relay_rest
 from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_usage, is_generic, is_search, readers, retry_after
@@ -62,6 +62,7 @@ class ToolSearchResponder:
         """Count first-shot hits and misses, and learn the turn's words for the tools the model
         had to find (the next turn worded like this one ships them first-shot)."""
         names = [str((c.get("function") or {}).get("name")) for c in calls if not self._withheld(c)]
+        await self._sequence(request, names)
         for name in names:
             hit = name in self.plan.surfaced
             self.metrics.tool_first_shot.labels(request.tenant.id, "hit" if hit else "miss").inc()
@@ -73,6 +74,22 @@ class ToolSearchResponder:
                         await self.learned.learn(scope, name, loop.queries[name])
                 except Exception as exc:  # bookkeeping: the next turn ranks without this lesson
                     log.warning("tool_phrase_not_learned", extra={"tenant": request.tenant.id, "error": repr(exc)})
+
+    async def _sequence(self, request: Turn, names: list[str]) -> None:
+        """Learn which tool the model called right before each of these within the user's turn (the
+        prerequisite a later ask of the same kind leaves unsaid)."""
+        if self.learned is None or not request.tenant.tools.select.learn or not names:
+            return
+        turn = request.messages[newest_user_index(request.messages) + 1 :]
+        before = called_in_order(turn)
+        previous = [before[-1]] if before else []
+        scope = scope_of(request.tenant.id, request.owner)
+        try:
+            for earlier, name in zip([*previous, *names], names, strict=False):
+                if name in self.plan.catalog.by_name and earlier in self.plan.catalog.by_name:
+                    await self.learned.learn_sequence(scope, earlier, name)
+        except Exception as exc:  # bookkeeping: the next turn ranks without this lesson
+            log.warning("tool_sequence_not_learned", extra={"tenant": request.tenant.id, "error": repr(exc)})
 
     def _loop(self, request: Turn) -> Loop:
         return Loop(self.plan, request.tenant.tools, dict(request.body), list(self.plan.surfaced),

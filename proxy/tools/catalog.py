@@ -60,6 +60,32 @@ class Catalog:
     tokens: dict[str, int] = field(default_factory=dict)  # filled in the background
     _memo: dict[tuple[Json, ...], frozenset[str]] = field(default_factory=dict, repr=False)
     _by_words: dict[str, list[tuple[tuple[str, ...], str]]] | None = field(default=None, repr=False)
+    _companions: dict[str, tuple[str, ...]] | None = field(default=None, repr=False)
+
+    def companions(self) -> dict[str, tuple[str, ...]]:
+        """Per tool, the tools of its own server its description or parameters name ("get the
+        transition id with jira_get_transitions", "use apply_migration for DDL"): the steps its
+        authors say go with it (built once per catalog; names of six characters or more, whole)."""
+        if self._companions is None:
+            bare: dict[str, list[str]] = {}
+            for name in self.by_name:
+                short = name.partition("__")[2] or name
+                if len(short) >= 6:
+                    bare.setdefault(short, []).append(name)
+            pattern = re.compile(r"(?<![\w\-])(" + "|".join(re.escape(b) for b in sorted(bare, key=len, reverse=True))
+                                 + r")(?![\w\-])") if bare else None
+            found: dict[str, tuple[str, ...]] = {}
+            for entry in self.entries:
+                if pattern is None:
+                    break
+                fn = entry.tool.get("function") or {}
+                text = f"{entry.description} {jsontext.dumps(fn.get('parameters') or {}).decode()}"
+                named = [full for short in dict.fromkeys(pattern.findall(text)) for full in bare[short]
+                         if full != entry.name and self.entries[self.by_name[full]].server == entry.server]
+                if named:
+                    found[entry.name] = tuple(dict.fromkeys(named))
+            self._companions = found
+        return self._companions
 
     def matching(self, globs: tuple[str, ...]) -> frozenset[str]:
         """Names matching any of these globs (`defer.always`), computed once per catalog."""

@@ -138,6 +138,81 @@ _OWN_WORK = re.compile(
 )
 
 
+# A question about a concept of the tools' domain, asked to learn, not to act ("what is a liveness
+# probe for?", "what's the difference between a Deployment and a StatefulSet?", "how does keyword
+# difficulty get calculated?"): a generic subject (an article, a bare term, "someone"), never the
+# user's things ("my", "this", "it") or the world as it is now (`acts` wins over it).
+_GENERIC = (r"(?!(?:it|its|this|that|these|those|my|our|your|his|her|their|there|here|the|going|happening|new|"
+            r"wrong|left|next|up|on|in|at|today|now|currently|latest|open|running|failing|pending|due|changed|"
+            r"taking|using|causing|blocking|broken|inside|in there)\b)")
+_EXPLAINS = re.compile(
+    r"^\W*(?:(?:so|ok(?:ay)?|and|but|hmm+|quick question|just curious|out of curiosity|genuine question)[,:.!]?\s+)?"
+    r"(?:(?:can|could) you |please )?(?:"
+    r"what(?:'s| is| are| was| were)\s+(?:a|an)\s|"
+    rf"what(?:'s| is| are)\s+{_GENERIC}[\w\-]+(?:\s+[\w\-]+){{0,5}}\s*(?:\bfor\b|,|\?|$|\b(?:in|on) (?:simple|plain|general|short)|"
+    r"\bconceptually|\bexactly|\bactually|\bin \w+(?:\s\w+)?\??$)|"
+    r"what(?:'s| is| are) the (?:differences?|point|purpose|meaning|role|idea|benefits?|advantages?|downsides?|"
+    r"trade-?offs?|use) (?:of|between|in|for)\b|"
+    r"what (?:does|do) (?:a |an |the )?[^?\s]+(?:\s+[^?\s]+){0,5} (?:mean|stand for|do)\b(?! (?:to|with|in) (?:my|our|it|this))|"
+    r"how (?:does|do|is|are|would|can) (?:a |an |the )?[\w\-]+(?:\s+[\w\-]+){0,5}\s+(?:work|differ|different|compare|"
+    r"happen|calculated|computed|decided|determined|measured|defined|get (?:calculated|computed|decided|determined))\b|"
+    r"how (?:do|does|would|should) (?:people|teams|companies|developers|one|someone|you) (?:usually |typically |normally )?\w+|"
+    r"why (?:would|do|does|should|might|did|is it that) (?:someone|anyone|people|teams|companies|developers|one|"
+    r"you|i|we) (?:ever |usually |typically |normally |even |bother |want to |use |choose |need )|"
+    r"why (?:use|bother|choose|is it called|are they called)\b|"
+    r"explain (?:what|how|why|when|the difference|the concept|the idea|in simple terms|like)\b|"
+    r"explain (?:a |an )?[\w\-]+(?:\s+[\w\-]+){0,4} (?:vs\.?|versus|compared (?:to|with)|to me)\b|"
+    r"when (?:should|would|do|does) (?:i|we|you|one|people|teams) (?:use|pick|choose|prefer)\b|"
+    r"is (?:it|there) (?:better|worse|a difference|any difference)\b|"
+    r"(?:roughly|in general|generally|conceptually),? (?:how|what|why)\b|"
+    r"(?:how|what|why|when|which|is|are|do|does|can)\b[^?]{3,120}\b(?:in general|generally|usually|typically|"
+    r"in theory|conceptually|in principle)\W*$|"
+    # the other languages Keel's glossary reads
+    r"¿?\s*(?:qué (?:es|son|significa)|cuál es la diferencia|para qué sirve|cómo funciona)\b|"
+    r"(?:was (?:ist|sind) (?:ein|eine|der unterschied|eigentlich)|was bedeutet|wie funktioniert|wozu (?:dient|braucht))\b|"
+    r"(?:qu'est-ce qu|c'est quoi|quelle est la différence|à quoi sert|comment fonctionne)|"
+    r"(?:o que (?:é|são|significa)|qual (?:é )?a diferença|para que serve|como funciona)\b|"
+    r"(?:cos'è|che cos'è|qual è la differenza|a cosa serve|come funziona)|"
+    r"(?:wat is (?:een|het verschil)|waarvoor dient|hoe werkt)\b|"
+    r"(?:что такое|в чём разница|в чем разница|зачем нужн|как работает)"
+    r")"
+    r"|とは|って何|の違い|什么是|是什么意思|的区别|有什么区别|란 무엇|이란 무엇|차이점|차이가 뭐",
+    re.IGNORECASE,
+)
+# A follow-up leans on the turns before: a pronoun or "the first one" for an object of the earlier
+# turns, "same", "again", "there", or an elliptic start ("and close it", "now for staging").
+_LEANS = re.compile(
+    r"\b(?:it|its|that|this|those|these|them|there|same|again|instead|too|"
+    r"the (?:first|second|third|fourth|last|latest|other|previous|next|former|latter|top|bottom|new|old|"
+    r"\w+(?:-\w+)?) (?:one|ones)|(?:first|second|third|last|other) one|both|either|each of (?:those|them))\b|"
+    r"^\W*(?:and|now|then|also|next|ok(?:ay)?,? (?:now|then|so)|same (?:for|with|but)|what about|how about)\b|"
+    r"\b(?:lo|la|los|las|eso|esa|ese|esto|también|otra vez|es|das|dies|den|dem|auch|nochmal|wieder|"
+    r"le|ça|cela|celui|celle|aussi|encore|isso|isto|também|de novo|lo|quello|quella|anche|ancora)\b|"
+    r"(?:^|\s)(?:и|а|теперь|его|её|их|это|тоже|снова)(?:\s|$)|"
+    r"それ|これ|あれ|その|この|同じ|もう一度|它|这个|那个|这|那|同样|再|그거|이거|그것|이것|같은|다시",
+    re.IGNORECASE,
+)
+FOLLOW_UP_WORDS = 8  # a message this short after a turn that acted is read as part of that task
+# The user's own things: a question about them is about their data, not a concept.
+_MINE = re.compile(r"\b(?:my|our|mine|ours|mi|mis|nuestr[oa]s?|mein\w*|unser\w*|mon|ma|mes|notre|nos|meu|minha|"
+                   r"nosso|nossa|mio|mia|miei|nostro|nostra|mijn|onze)\b|(?:^|\s)(?:мой|моя|моё|мои|наш\w*)(?:\s|$)|"
+                   r"私の|僕の|俺の|我的|我们的|내 |제 |우리", re.IGNORECASE)
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def explains(text: str) -> bool:
+    """A question about a concept, asked to learn, not to act (any act signal wins: `acts`)."""
+    return bool(_EXPLAINS.search(text)) and not _MINE.search(text) and not acts(text)
+
+
+def follow_up(text: str, acted: bool) -> bool:
+    """Does the newest message continue a task the turns before acted on ("close it", "what is it
+    logging?", "now for staging")? Small talk, a concept question or the model's own work never."""
+    if not acted or not text.strip() or conversational(text) or explains(text) or own_work(text):
+        return False
+    return bool(_LEANS.search(text)) or len(text.split()) <= FOLLOW_UP_WORDS
+
+
 @lru_cache(maxsize=TEXT_CACHE)
 def conversational(text: str) -> bool:
     """Thanks, greetings, acknowledgements, goodbyes ("thanks, that fixed it!", "danke!", "谢谢",
@@ -261,6 +336,8 @@ def needs_tool_probability(top_score: float, text: str, evidence: SemanticEviden
     p = 1 / (1 + math.exp(-sum(w * x for w, x in pairs)))
     if acts(text):
         return max(p, ACT_FLOOR)
+    if explains(text):
+        return min(p, EXPLAIN_CEILING)
     if own_work(text):
         return p
     return max(p, UNKNOWN_FLOOR) if language(text) != "en" else p
@@ -268,3 +345,5 @@ def needs_tool_probability(top_score: float, text: str, evidence: SemanticEviden
 
 ACT_FLOOR = 0.9
 UNKNOWN_FLOOR = 0.6
+EXPLAIN_CEILING = 0.3  # a concept question: the model's own knowledge, unless it names something to act on
+FOLLOW_UP_FLOOR = 0.6  # a follow-up of a turn that acted (`follow_up`, read by the planner with the window)

@@ -40,6 +40,8 @@ SHARED_TERMS = 2  # a phrase recalls its tool when it shares at least this many 
 REFRESH_SECONDS = 60.0
 MAX_NAME = 256  # longer tool names are not learned (providers accept 64 to 128 characters)
 INDEXES_KEPT = 1024  # (scope, catalog) indexes cached per process
+BEFORE_PER_TOOL = 4  # learned predecessors kept per tool (the most often seen)
+SEQUENCE_SEEN = 2  # a predecessor ships beside its tool once traffic has shown the pair this many times
 log = logging.getLogger("keel.tools")
 
 
@@ -65,9 +67,13 @@ class Recall:
 
 
 class LearnedPhrases:
+    """Phrases per tool, and which tool models call before which (`learn_sequence`): the step a
+    multi-step ask leaves unsaid (stage before commit, open the page before reading its console)."""
+
     def __init__(self, store: Store, ttl: float = 90 * 24 * 3600) -> None:
         self.store = store
         self.ttl = ttl
+        self._sequences: OrderedDict[str, tuple[float, dict[str, dict[str, int]]]] = OrderedDict()
         self._indexes: OrderedDict[tuple[str, str],
                                    tuple[float, list[str], LexicalIndex | None, list[list[set[str]]]]] = OrderedDict()
         self._pruning: set[asyncio.Task[None]] = set()
@@ -87,6 +93,48 @@ class LearnedPhrases:
         await self.store.hset(self._key(scope), tool, orjson.dumps({"at": time.time(), "phrases": phrases}))
         for cached in [k for k in self._indexes if k[0] == scope]:
             del self._indexes[cached]  # seen on the next ranking in this process; other replicas within a minute
+
+    @staticmethod
+    def _sequence_key(scope: str) -> str:
+        return key(f"learned:{scope}", "sequences")
+
+    async def learn_sequence(self, scope: str, before: str, after: str) -> None:
+        """The model called `after` right after `before` within one user turn: count the pair. Pairs
+        already counted SEQUENCE_SEEN times in this process's view are not written again."""
+        if before == after or len(before) > MAX_NAME or len(after) > MAX_NAME:
+            return
+        known = self._sequences.get(scope)
+        if known is not None and known[1].get(after, {}).get(before, 0) >= SEQUENCE_SEEN:
+            return
+        raw = await self.store.hget(self._sequence_key(scope), after)
+        data = orjson.loads(raw) if raw else {}
+        counts = {k: int(v) for k, v in (data.get("before") or {}).items() if isinstance(v, int)} if isinstance(
+            data, dict) else {}
+        counts[before] = counts.get(before, 0) + 1
+        kept = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:BEFORE_PER_TOOL])
+        await self.store.hset(self._sequence_key(scope), after, orjson.dumps({"at": time.time(), "before": kept}))
+        self._sequences.pop(scope, None)
+
+    async def predecessors(self, scope: str) -> dict[str, dict[str, int]]:
+        """Per tool, the tools models called right before it in this scope, with how often (read
+        once a minute per scope; expired entries are skipped)."""
+        cached = self._sequences.get(scope)
+        if cached is not None and time.monotonic() - cached[0] < REFRESH_SECONDS:
+            return cached[1]
+        try:
+            raw = await self.store.hgetall(self._sequence_key(scope))
+        except StoreError:
+            return {}
+        now, found = time.time(), {}
+        for name, value in raw.items():
+            data = orjson.loads(value)
+            if isinstance(data, dict) and now - float(data.get("at", now)) < self.ttl:
+                found[name] = {k: int(v) for k, v in (data.get("before") or {}).items() if isinstance(v, int)}
+        self._sequences[scope] = (time.monotonic(), found)
+        self._sequences.move_to_end(scope)
+        while len(self._sequences) > INDEXES_KEPT:
+            self._sequences.popitem(last=False)
+        return found
 
     async def recall(self, scope: str, catalog: Catalog, query: str, candidates: Sequence[int]) -> Recall:
         """The tools whose learned phrases this request is worded like, to ship beside the ranker's."""

@@ -57,6 +57,14 @@ class LexicalIndex:
                 scores[doc] += weight
         return scores
 
+    def weighted_scores(self, weights: dict[str, float]) -> dict[int, float]:
+        """BM25 per tool of a query whose terms weigh unequally (`weights`: term -> weight)."""
+        scores: dict[int, float] = defaultdict(float)
+        for word, weight in weights.items():
+            for doc, contribution in self._postings.get(word, ()):
+                scores[doc] += weight * contribution
+        return scores
+
 
 # Leading name words that are actions, not products: `list_issues` is no "list" family.
 _VERB_WORDS = (

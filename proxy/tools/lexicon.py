@@ -10,6 +10,25 @@ own vocabulary (actions and objects tools name), never from an evaluation set.
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+
+# Arabic-script spelling variants and marks (harakat, tatweel), unified; the article and the
+# clitics before it taken off a word ("والروابط" reads "روابط"); Persian's ZWNJ splits words;
+# Indic nukta and candrabindu unified. Both the glossary's forms and a turn's text are normalized.
+_ARABIC_MARKS = re.compile("[\u064B-\u065F\u0670\u0640]")
+_ARABIC_LETTERS = str.maketrans({"أ": "ا", "إ": "ا", "آ": "ا", "ٱ": "ا", "ى": "ي", "ة": "ه", "ی": "ي", "ک": "ك",
+                                 "\u200c": " ", "\u093c": None, "\u0901": "\u0902", "\u09bc": None})
+_ARTICLE = re.compile("(?<![\u0600-\u06FF])(?:[وف]?[بلك]?ال|لل)(?=[\u0600-\u06FF]{2})")
+
+
+@lru_cache(maxsize=4096)
+def normalized(text: str) -> str:
+    """`text` with Arabic-script and Indic spelling variants unified (ASCII text as it is)."""
+    if text.isascii():
+        return text
+    return _ARTICLE.sub("", _ARABIC_MARKS.sub("", text).translate(_ARABIC_LETTERS))
+
 _GLOSSARY = """
 create: erstell anleg crea crée créer cria criar maak aanmak созда oluştur utwórz stwórz buat tạo 作成 作って 作る 创建
     新建 建立 만들 생성
@@ -129,6 +148,79 @@ weather: wetter clima tiempo météo tempo meteo weer погод "hava durumu" p
 """
 
 
+
+# Arabic (ar), Persian (fa), Hebrew (he), Hindi (hi), Bengali (bn) and Thai (th): word starts after
+# `text.normalized` (Arabic letters unified, the article and clitics taken off, Indic nukta dropped);
+# Thai, written without spaces, matches as substrings. Loanwords as they are usually transliterated.
+_GLOSSARY_SCRIPTS = """
+create: أنشئ انشئ إنشاء انشاء اصنع بساز ایجاد צור תיצור बनाओ बनाएं बनाइए बना তৈরি สร้าง
+new: جديد جديدة جدید חדש नया नई नए নতুন ใหม่
+delete: احذف حذف امسح "حذف کن" پاک בטל מחק हटाओ हटाएं मिटाओ ডিলিট মুছে ลบ
+list: اعرض قائمة فهرست רשימה सूची লিস্ট তালিকা รายการ
+show: اعرض أظهر اظهر أرني ارني نمایش "نشان بده" הצג תראה दिखाओ दिखाएं दिखाइए দেখাও দেখান แสดง ดู
+search: ابحث بحث جستجو جست חפש खोजो खोजें ढूंढो ढूंढें খোঁজ ค้นหา หา
+find: جد اعثر پیدا מצא ढूंढ খুঁজ
+read: اقرأ قراءة بخوان خواندن קרא पढ़ो पढ़ें পড় อ่าน
+write: اكتب بنویس כתוב लिखो লেখ เขียน
+edit: عدل تعديل ویرایش ערוך संपादित বদল แก้ไข
+update: حدث تحديث بروزرسانی עדכן अपडेट আপডেট อัปเดต
+open: افتح باز פתח खोलो খোল เปิด
+close: أغلق اغلق ببند סגור बंद বন্ধ ปิด
+send: أرسل ارسل بفرست שלח भेजो भेजें পাঠাও ส่ง
+post: انشر منشور پست פרסם पोस्ट পোস্ট โพสต์
+message: رسالة رساله پیام הודעה संदेश मैसेज বার্তা মেসেজ ข้อความ
+channel: قناة قناه کانال ערוץ चैनल চ্যানেল ช่อง
+reply: رد ردی پاسخ השב जवाब উত্তর ตอบ
+file: ملف فایل پرونده קובץ फ़ाइल फाइल ফাইল ไฟล์
+directory: مجلد دليل پوشه תיקייה फ़ोल्डर फोल्डर डायरेक्टरी ফোল্ডার โฟลเดอร์
+branch: فرع شاخه ענף ברנץ ब्रांच শাখা ব্রাঞ্চ สาขา แบรนช์
+repository: مستودع مخزن ریپازیتوری מאגר रिपॉजिटरी रिपोजिटरी রিপোজিটরি ที่เก็บ รีโพ
+pull request: "طلب سحب" "پول ریکوئست" "पुल रिक्वेस्ट" "পুল রিকোয়েস্ট" พูลรีเควสต์
+issue: تذكرة مشكلة تیکت כרטיס טיקט इश्यू टिकट ইস্যু টিকিট ตั๋ว ปัญหา
+bug: خطأ باگ באג बग ত্রুটি บั๊ก
+comment: تعليق نظر תגובה टिप्पणी কমেন্ট মন্তব্য ความคิดเห็น
+commit: كوميت کامیت קומיט कमिट কমিট คอมมิต
+page: صفحة صفحه עמוד पेज পৃষ্ঠা পেজ หน้า
+project: مشروع پروژه פרויקט प्रोजेक्ट परियोजना প্রজেক্ট โปรเจกต์ โครงการ
+customer: عميل مشتری לקוח ग्राहक গ্রাহক ลูกค้า
+invoice: فاتورة فاکتور חשבונית इनवॉइस चालान ইনভয়েস ใบแจ้งหนี้
+payment: دفع پرداخت תשלום भुगतान পেমেন্ট การชำระเงิน
+refund: استرداد بازپرداخت החזר रिफंड ফেরত คืนเงิน
+subscription: اشتراك اشتراک מנוי सदस्यता সাবস্ক্রিপশন การสมัคร
+log: سجلات سجل لاگ گزارش לוג יומן लॉग লগ ล็อก บันทึก
+alarm: إنذار انذار تنبيه هشدار התראה अलार्म अलर्ट এলার্ম สัญญาณเตือน
+database: "قاعدة بيانات" "پایگاه داده" "מסד נתונים" डेटाबेस ডেটাবেস ฐานข้อมูล
+table: جدول טבלה टेबल तालिका টেবিল ตาราง
+screenshot: "لقطة شاشة" "اسکرین شات" "צילום מסך" स्क्रीनशॉट স্ক্রিনশট ภาพหน้าจอ
+browser: متصفح مرورگر דפדפן ब्राउज़र ব্রাউজার เบราว์เซอร์
+click: انقر کلیک לחץ क्लिक ক্লিক คลิก
+web: ويب وب אינטרנט वेब ওয়েব เว็บ
+restaurant: مطعم مطاعم رستوران מסעדה रेस्टोरेंट रेस्तरां রেস্টুরেন্ট ร้านอาหาร
+cafe: مقهى كافيه کافه "בית קפה" कैफ़े कैफे ক্যাফে คาเฟ่ ร้านกาแฟ
+near: قريب بالقرب نزدیک ליד קרוב पास नज़दीक কাছে ใกล้
+directions: اتجاهات مسیر "הוראות הגעה" रास्ता দিকনির্দেশ เส้นทาง
+distance: مسافة فاصله מרחק दूरी দূরত্ব ระยะทาง
+time: الساعة ساعة وقت زمان ساعت שעה זמן समय बजे সময় কটা เวลา กี่โมง
+keyword: "كلمة مفتاحية" "كلمات مفتاحية" "کلمه کلیدی" "מילת מפתח" कीवर्ड কীওয়ার্ড คีย์เวิร์ด คำค้น
+backlink: "روابط خلفية" "رابط خلفي" "بک لینک" "קישור נכנס" बैकलिंक ব্যাকলিংক แบ็คลิงก์
+domain: نطاق دامنه דומיין डोमेन ডোমেইন โดเมน
+website: موقع سایت אתר वेबसाइट ওয়েবসাইট เว็บไซต์
+email: بريد ايميل ایمیل דואל אימייל ईमेल ইমেইল อีเมล
+release: إصدار اصدار انتشار ריליס גרסה रिलीज़ রিলিজ รีลีส
+deploy: نشر استقرار دیپلوی פריסה डिप्लॉय তৈনাত ডিপ্লয় ดีพลอย
+deployment: النشر نشر دیپلویمنت פריסה डिप्लॉयमेंट ডিপ্লয়মেন্ট
+pod: بود پاد פוד पॉड পড พ็อด
+namespace: "مساحة الأسماء" "فضای نام" "מרחב שמות" नेमस्पेस নেমস্পেস เนมสเปซ
+restart: "أعد تشغيل" "إعادة تشغيل" "اعادة تشغيل" "راه اندازی مجدد" "הפעל מחדש" रीस्टार्ट "পুনরায় চালু" รีสตาร์ท
+status: حالة وضعیت סטטוס מצב स्थिति स्टेटस অবস্থা สถานะ
+diff: فرق تفاوت הבדל अंतर डिफ পার্থক্য ความแตกต่าง
+assign: عين تعيين اختصاص הקצה असाइन বরাদ্দ มอบหมาย
+run: شغل تشغيل نفذ اجرا הרץ चलाओ চালাও รัน เรียกใช้
+query: استعلام کوئری שאילתה क्वेरी কোয়েরি คิวรี
+error: أخطاء خطا שגיאה त्रुटि एरर ত্রুটি ข้อผิดพลาด
+"""
+
+
 def _parse(text: str) -> dict[str, str]:
     import shlex
 
@@ -138,11 +230,11 @@ def _parse(text: str) -> dict[str, str]:
         if not line.startswith(" "):  # "term: forms…"; an indented line goes on with the same term
             english, _, line = line.partition(":")
         for form in shlex.split(line):
-            forms.setdefault(form.lower(), english.strip())
+            forms.setdefault(normalized(form.lower()), english.strip())
     return forms
 
 
-FORMS = _parse(_GLOSSARY)
+FORMS = {**{k: v for k, v in _parse(_GLOSSARY_SCRIPTS).items()}, **_parse(_GLOSSARY)}
 PHRASES = {f: e for f, e in FORMS.items() if " " in f or "-" in f}  # matched in the lowered text
 WORD_STARTS = {f: e for f, e in FORMS.items() if f not in PHRASES}
 LONGEST = max(len(f) for f in FORMS)

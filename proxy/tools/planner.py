@@ -30,10 +30,12 @@ from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.choice import read_choice
 from proxy.tools.deferral import client_deferral, client_searches
-from proxy.tools.learned import LearnedPhrases, scope_of
+from proxy.tools.gate import FOLLOW_UP_FLOOR, follow_up
+from proxy.tools.learned import SEQUENCE_SEEN, LearnedPhrases, scope_of
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
+from proxy.tools.window import Window, with_context
 from proxy.turn import Responder, Turn
 
 log = logging.getLogger("keel.tools")
@@ -47,6 +49,8 @@ NEEDS_TOOL_THRESHOLD = 0.5  # P(the turn needs a tool) below this: only pinned a
 LOW_CONFIDENCE_BELOW = 0.25  # a ranking whose confidence (1 - score[shortlist]/score[0]) is below this, or
 LOW_CONFIDENCE_EXTRA = 3  # unmeasurable, ships this many more tools than the shortlist
 CUT_AT_DROP = 0.2  # ship only the tools before the largest relative score drop when it is at least this (0: off)
+PREREQUISITE_LEADS = 2  # the leading picks whose unsaid previous step ships with them
+PREREQUISITES = 2  # at most this many such steps per turn
 LEXICAL = LexicalRanker()  # what `afresh` ranks with: in process, nothing to wait for
 
 
@@ -181,7 +185,10 @@ class ToolPlanner:
 
     async def fresh(self, turn: TurnTools, policy: BlockPolicy, keep_empty: bool = False) -> Choice | None:
         request, catalog = turn.request, turn.catalog
-        surfaced, deferred, outcome = await self._select(request, catalog, turn.query, set(turn.pinned), turn.stored)
+        records = request.location.records if request.location else ()
+        window = Window.of(turn.messages, found_tools(records))
+        surfaced, deferred, outcome = await self._select(request, catalog, turn.query, set(turn.pinned), turn.stored,
+                                                         window)
         self._count(request, catalog, surfaced, deferred)
         if not deferred and not keep_empty:
             return None
@@ -234,13 +241,19 @@ class ToolPlanner:
         return planned.with_headers(**{"x-keel-tools": f"{len(choice.surfaced)}/{len(catalog.entries)}"})
 
     async def _select(self, request: Turn, catalog: Catalog, query: str, pinned: set[str],
-                      stored: bool = True) -> tuple[list[str], list[str], str]:
+                      stored: bool = True, window: Window | None = None) -> tuple[list[str], list[str], str]:
         from proxy.tools.text import clauses
 
         select = request.tenant.tools.select
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
         ranker = self.ranker(request.tenant) if stored else LEXICAL
         ranking, outcome = await self._rank(request, catalog, query, candidates, ranker)
+        if ranking is not None and window is not None and window.context:  # the conversation is the query
+            follows = follow_up(query, window.acted)
+            lexical = ranking.fallback or isinstance(ranker, LexicalRanker)
+            ranking = with_context(ranking, window, catalog, candidates, select.shortlist, follows, lexical)
+            if follows:
+                ranking = replace(ranking, needs_tool=max(ranking.needs_tool, FOLLOW_UP_FLOOR))
         recalled: tuple[int, ...] = ()
         if ranking is not None and self.learned is not None and select.learn and stored:
             recall = await self.learned.recall(scope_of(request.tenant.id, request.owner), catalog, query, candidates)
@@ -264,11 +277,34 @@ class ToolPlanner:
             steps = clauses(query)
             if len(steps) > 1:  # a multi-step ask: every step's best tools, not only the whole's
                 selected += await self._steps(request, catalog, steps, candidates, selected, ranker)
+            selected += await self._prerequisites(request, catalog, selected, pinned, stored)
         elif ranking is not None and not ranking.fallback:
             outcome = "no_tool_needed"
         surfaced = sorted(pinned | set(selected))
         deferred = sorted(e.name for e in catalog.entries if e.name not in pinned and e.name not in selected)
         return surfaced, deferred, outcome
+
+    async def _prerequisites(self, request: Turn, catalog: Catalog, selected: Sequence[str], pinned: set[str],
+                             stored: bool) -> list[str]:
+        """The unsaid step before the leading picks: the tool models of this scope call right before
+        one (learned from traffic, `LearnedPhrases.learn_sequence`, once seen SEQUENCE_SEEN times),
+        else the tools of its server its own description names. At most PREREQUISITES; none the
+        history already called (pinned)."""
+        leads = list(selected[:PREREQUISITE_LEADS])
+        taken = set(selected) | pinned
+        added: list[str] = []
+        learned: dict[str, dict[str, int]] = {}
+        if self.learned is not None and request.tenant.tools.select.learn and stored:
+            learned = await self.learned.predecessors(scope_of(request.tenant.id, request.owner))
+        companions = catalog.companions()
+        for lead in leads:
+            seen = sorted(learned.get(lead, {}).items(), key=lambda kv: -kv[1])
+            before = [name for name, count in seen if count >= SEQUENCE_SEEN]
+            for name in [*before, *companions.get(lead, ())[:PREREQUISITES]]:
+                if name in catalog.by_name and name not in taken and len(added) < PREREQUISITES:
+                    added.append(name)
+                    taken.add(name)
+        return added
 
     async def _steps(self, request: Turn, catalog: Catalog, steps: Sequence[str], candidates: list[int],
                      selected: Sequence[str], ranker: Ranker) -> list[str]:

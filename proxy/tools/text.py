@@ -19,10 +19,13 @@ from itertools import groupby
 
 import snowballstemmer
 
-from proxy.tools.lexicon import LONGEST, PHRASES, WORD_STARTS
+from proxy.tools.lexicon import LONGEST, PHRASES, WORD_STARTS, normalized
 
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+# Letters and digits, with the combining marks Indic, Thai and Arabic words are spelled with
+# (a matra is not a `\w` character: without them "बनाओ" falls apart into "बन" and "ओ").
+_TOKEN = re.compile(r"(?:[^\W_]|[\u0300-\u036F\u064B-\u065F\u0670\u0900-\u0963\u0966-\u0DFF\u0E00-\u0E7F])+",
+                    re.UNICODE)
 _STEMMER = snowballstemmer.stemmer("english")
 
 STOPWORDS = frozenset(
@@ -164,6 +167,7 @@ def query_terms(text: str) -> list[str]:
 
 @lru_cache(maxsize=TEXT_CACHE)
 def _query_terms(text: str) -> tuple[str, ...]:
+    text = normalized(text)
     own = terms(text)
     if language(text) == "en":
         return tuple(own)
@@ -199,5 +203,5 @@ def english_hint(text: str) -> str:
     English sentence-embedding model can read of it."""
     if language(text) == "en":
         return text
-    words = list(dict.fromkeys(glossed(text)))
+    words = list(dict.fromkeys(glossed(normalized(text))))
     return f"{text} ({' '.join(words)})" if words else text
