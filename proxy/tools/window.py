@@ -23,7 +23,7 @@ from functools import lru_cache
 from itertools import pairwise
 
 from proxy.jsontext import JsonObject
-from proxy.messages import message_text
+from proxy.messages import message_text, tool_calls
 from proxy.tools.catalog import Catalog
 from proxy.tools.ranking import Ranking, confidence, lexical_scores
 from proxy.tools.text import query_terms, split_identifier
@@ -64,8 +64,8 @@ class Window:
             for message in messages[start + 1 : end]:
                 if message.get("role") != "assistant":
                     continue
-                for call in message.get("tool_calls") or []:
-                    fn = call.get("function") if isinstance(call, dict) else None
+                for call in tool_calls(message):
+                    fn = call.get("function")
                     if isinstance(fn, dict) and isinstance(fn.get("name"), str):
                         acted = True
                         arguments = fn.get("arguments")
