@@ -32,9 +32,9 @@ class _Choice:
     finish: str | None = None
 
     def message(self) -> JsonObject:
-        text = "".join(self.content)
-        message: JsonObject = {"role": self.role, "content": text if text or not self.calls else None,
-                               "refusal": "".join(self.refusal) or None}
+        text, refusal = "".join(self.content), "".join(self.refusal)
+        message: JsonObject = {"role": self.role, "content": text if text or not (self.calls or refusal) else None,
+                               "refusal": refusal or None}
         if self.annotations:
             message["annotations"] = self.annotations
         if self.calls:
