@@ -31,11 +31,11 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 
 from proxy.encoding import ReplyEncodingError, decode_all
-from proxy.jsontext import JsonObject, canonical
+from proxy.jsontext import JsonObject
 from proxy.respcache.counts import CacheCounts
 from proxy.respcache.entries import Entries, Entry
 from proxy.respcache.flights import Flight, Flights, Form, Head
-from proxy.respcache.key import Asker, answer_key
+from proxy.respcache.key import Asker, answer_key, canonical
 from proxy.respcache.policy import Decision, decide
 from proxy.respcache.replay import SHAPES, AnswerShape, answer_of, rendered, serves
 from proxy.turn import Outcome, Turn
@@ -88,7 +88,7 @@ class ResponseCache:
         flight = self.flights.get(key)
         if flight is not None:
             if flight.entry is not None and serves(flight.entry, form):  # landed, on its way to the store
-                return self._hit(turn, shape, flight.entry, form, done, "coalesced")
+                return self._hit(turn, shape, flight.entry, form, done)
             followed = await self._follow(turn, shape, flight, form, done)
             if followed is not None:
                 return followed

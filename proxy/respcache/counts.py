@@ -15,16 +15,22 @@ call cost when it was made.)
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CollectorRegistry, Counter
 
 from proxy.config import TenantConfig
 from proxy.savings.ledger import Ledger
 from proxy.usage import Usage
 
+FLUSH_SECONDS = 1.0  # the savings ledger gets a second's hits in one write per tenant, not one write a hit
+
 
 class CacheCounts:
     def __init__(self, registry: CollectorRegistry, ledger: Ledger) -> None:
         self.ledger = ledger
+        self._unwritten: dict[tuple[str, str], tuple[int, float, int]] = {}  # (tenant, cache) -> hits, $, tokens
+        self._flushing = False
         r = registry
         self.requests = Counter("keel_response_cache_requests", "Requests by what Keel's response cache did "
                                 "(embeddings: input items)", ["tenant", "cache", "outcome"], registry=r)
@@ -51,8 +57,19 @@ class CacheCounts:
         self.saved_usd.labels(tenant.id, cache).inc(usd)
         self.saved_tokens.labels(tenant.id, cache).inc(tokens)
         self.served_bytes.labels(tenant.id, cache).inc(served)
-        self.ledger.spawn(self.ledger.answered(tenant.id, cache, hits, usd, tokens))
+        was = self._unwritten.get((tenant.id, cache), (0, 0.0, 0))
+        self._unwritten[(tenant.id, cache)] = (was[0] + hits, was[1] + usd, was[2] + tokens)
+        if not self._flushing:
+            self._flushing = True
+            self.ledger.spawn(self._flush())
         return usd
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(FLUSH_SECONDS)
+        self._flushing = False
+        unwritten, self._unwritten = self._unwritten, {}
+        for (tenant, cache), (hits, usd, tokens) in unwritten.items():
+            await self.ledger.answered(tenant, cache, hits, usd, tokens)
 
     def stored(self, tenant: str, written: int, evicted: int) -> None:
         self.stored_bytes.labels(tenant).inc(written)

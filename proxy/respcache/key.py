@@ -20,7 +20,9 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from proxy.jsontext import Json, JsonObject, canonical
+import orjson
+
+from proxy.jsontext import Json, JsonFloat, JsonInt, JsonObject
 
 TRANSPORT = frozenset({"stream", "stream_options"})
 ANSWER_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta")  # they change what the upstream answers
@@ -48,6 +50,17 @@ def _digest(*parts: bytes) -> str:
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return h.hexdigest()
+
+
+def canonical(value: Json) -> bytes:
+    """Sorted keys, numbers as written (no members dropped: an exact cache keys what was sent), in C."""
+    return orjson.dumps(value, default=_text, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+def _text(value: Json) -> Json:
+    if isinstance(value, (JsonFloat, JsonInt)):
+        return orjson.Fragment(value.text)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def _who(asker: Asker) -> list[bytes]:
