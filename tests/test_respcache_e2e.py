@@ -276,6 +276,21 @@ def test_one_client_leaving_never_cuts_another(standin: ServerThread, keel_cache
     assert eventually(lambda: httpx.post(url, json={**body, "stream": False}, headers=auth).headers[H] == "hit")
 
 
+def test_when_every_client_leaves_the_answer_is_let_go(standin: ServerThread, keel_cached: ServerThread) -> None:
+    """A lone client that leaves mid-stream closes the upstream call as without the cache; the
+    half answer is not kept, and the next identical request gets a whole one of its own."""
+    body = {"model": "m", "temperature": 0, "stream": True,
+            "messages": [{"role": "user", "content": "[[drip 0.05]] " + "slowly " * 20}]}
+    url, auth = keel_cached.url + "/v1/chat/completions", {"authorization": f"Bearer {KEY}"}
+    calls = upstream_calls(standin)
+    with httpx.Client(timeout=30) as client, client.stream("POST", url, json=body, headers=auth) as gone:
+        next(gone.iter_raw())
+    time.sleep(0.3)
+    again = httpx.post(url, json=body, headers=auth, timeout=30)
+    assert again.headers[H] == "miss; reason=absent" and again.content.rstrip().endswith(b"data: [DONE]")
+    assert upstream_calls(standin) == calls + 2
+
+
 def test_with_features_on_a_hit_is_the_answer_the_client_was_shown(standin: ServerThread,
                                                                    start_keel: Callable[..., ServerThread]) -> None:
     """Tools deferred and a tool_search round answered inside the turn: the cached answer is the

@@ -129,7 +129,8 @@ class Flight:
                 self.end(exc)
             else:
                 self.end()
-            landed(self)
+            finally:
+                landed(self)  # kept when whole, else let go: a later request never joins a dead flight
 
         self.pump = asyncio.get_running_loop().create_task(pump())
 
