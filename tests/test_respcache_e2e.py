@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -18,8 +19,11 @@ import httpx
 import openai
 import orjson
 import pytest
+import yaml
 from conftest import KEY, KEY_DIGEST, ServerThread, eventually, keel_config, tenant
 
+from proxy.cli import main
+from proxy.config import parse_config
 from proxy.defaults import create_upstream
 from proxy.testing import RecordingUpstream
 
@@ -97,6 +101,11 @@ def upstream_calls(standin: ServerThread) -> int:
     return len(standin.app.state.standin.requests)
 
 
+def landed(keel: ServerThread) -> bool:
+    """Every answer in flight is in the store (a request sent earlier would share a flight instead)."""
+    return eventually(lambda: len(keel.app.state.keel.answers.flights) == 0)
+
+
 @pytest.fixture
 def keel_cached(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> ServerThread:
     return start_keel(keel_config(tenant(standin.url + "/v1", **ON)))
@@ -110,6 +119,7 @@ def test_a_repeated_deterministic_request_is_answered_from_the_cache(standin: Se
     """The second identical request never reaches the upstream and gets the same answer and usage,
     in the form it asked for: a well-formed stream of its shape, or a whole body."""
     original = ask(keel_cached, shape, first)
+    assert landed(keel_cached)
     calls = upstream_calls(standin)
     again = ask(keel_cached, shape, second)
     assert original.header == "miss; reason=absent" and again.header == "hit"
@@ -366,12 +376,17 @@ def test_a_purge_forgets_the_tenants_answers(standin: ServerThread, start_keel: 
     assert ask(keel, "chat", False).header == "miss; reason=absent"
 
 
-def test_hits_and_dollars_saved_are_counted(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
-    """/metrics counts hits, bytes and dollars saved; the savings summary shows them as a cause of their own."""
+def test_hits_and_dollars_saved_are_counted(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                           tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """/metrics counts hits, bytes and dollars saved; the savings page's figures and `keel report`
+    show them as a cause of their own."""
     acme = tenant(standin.url + "/v1", **ON)
     acme["auth"] = {"keys": [f"sha256:{KEY_DIGEST}"], "admin_keys": [digest(ADMIN)]}
-    keel = start_keel(keel_config(acme))
+    config = {"store": {"url": f"sqlite:///{tmp_path / 'keel.db'}"}, "tenants": [acme]}
+    (tmp_path / "keel.yaml").write_text(yaml.safe_dump(config))
+    keel = start_keel(parse_config(config, "test"))
     ask(keel, "messages", True)
+    assert landed(keel)
     ask(keel, "messages", False)
     metrics = httpx.get(keel.url + "/metrics").text
     assert 'keel_response_cache_requests_total{cache="responses",outcome="hit",tenant="acme"} 1.0' in metrics
@@ -386,3 +401,6 @@ def test_hits_and_dollars_saved_are_counted(standin: ServerThread, start_keel: C
     assert eventually(lambda: summary()["response_cache"]["hits"] == 1)
     figures = summary()
     assert figures["dollars"]["by_cause"]["answers"] > 0 and figures["dollars"]["saved"] > 0
+    assert main(["report", "--config", str(tmp_path / "keel.yaml"), "--since", "1h"]) == 0
+    printed = capsys.readouterr().out
+    assert "answered from Keel's cache" in printed and "response cache: 1 answers" in printed
