@@ -6,6 +6,7 @@ share one upstream call; a purge forgets; hits and dollars saved are counted."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ import openai
 import orjson
 import pytest
 import yaml
-from conftest import KEY, KEY_DIGEST, ServerThread, eventually, keel_config, tenant
+from conftest import KEY, KEY_DIGEST, REDIS_URL, ServerThread, eventually, keel_config, redis_or_skip, tenant
 
 from proxy.cli import main
 from proxy.config import parse_config
@@ -127,6 +128,25 @@ def test_a_repeated_deterministic_request_is_answered_from_the_cache(standin: Se
     assert upstream_calls(standin) == calls
     assert again.text == original.text and "exact cache" in again.text
     assert again.usage == original.usage
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_replicas_share_their_answers(standin: ServerThread, start_keel: Callable[..., ServerThread], tmp_path: Path,
+                                      backend: str) -> None:
+    """Two replicas on one store: an answer one kept, the other serves."""
+    if backend == "redis":
+        asyncio.run(_flushed_redis())
+    url = REDIS_URL if backend == "redis" else f"sqlite:///{tmp_path / 'shared.db'}"
+    config = keel_config(tenant(standin.url + "/v1", **ON), store={"url": url})
+    first, second = start_keel(config), start_keel(config)
+    assert ask(first, "responses", False).header.startswith("miss") and landed(first)
+    calls = upstream_calls(standin)
+    assert ask(second, "responses", True).header == "hit" and upstream_calls(standin) == calls
+
+
+async def _flushed_redis() -> None:
+    store = await redis_or_skip()
+    await store.close()
 
 
 def test_another_end_user_credential_or_tenant_never_gets_the_answer(standin: ServerThread,

@@ -86,9 +86,10 @@ class ResponseCache:
             if entry is not None:
                 return self._hit(turn, shape, entry, form, done)
         flight = self.flights.get(key)
-        if flight is not None:
-            if flight.entry is not None and serves(flight.entry, form):  # landed, on its way to the store
+        if flight is not None and flight.entry is not None:  # landed, on its way to the store
+            if decision.state == "lookup" and serves(flight.entry, form):
                 return self._hit(turn, shape, flight.entry, form, done)
+        elif flight is not None:  # in flight: share it
             followed = await self._follow(turn, shape, flight, form, done)
             if followed is not None:
                 return followed
