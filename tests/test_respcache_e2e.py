@@ -149,6 +149,16 @@ async def _flushed_redis() -> None:
     await store.close()
 
 
+def test_a_hit_carries_its_own_request_id(keel_cached: ServerThread) -> None:
+    """Keel answered a hit itself: the request's own id is both its x-request-id and x-keel-request-id."""
+    body = {"model": "m", "temperature": 0, "messages": [{"role": "user", "content": "which id?"}]}
+    url = keel_cached.url + "/v1/chat/completions"
+    for n in range(2):
+        reply = httpx.post(url, json=body, headers={"authorization": f"Bearer {KEY}", "x-request-id": f"mine-{n}"})
+        assert reply.headers["x-keel-request-id"] == f"mine-{n}"
+    assert reply.headers[H] == "hit" and reply.headers["x-request-id"] == "mine-1"
+
+
 def test_another_end_user_credential_or_tenant_never_gets_the_answer(standin: ServerThread,
                                                                      start_keel: Callable[..., ServerThread]) -> None:
     """The key names who asked: the same request from another end user, another key of the tenant
@@ -244,6 +254,7 @@ def test_what_the_provider_holds_is_never_cached(standin: ServerThread, keel_cac
                                                         store=False, previous_response_id=first)
         assert raw.headers[H] == "bypass; reason=previous-response-id"
     assert upstream_calls(standin) == calls + 4
+    assert ask(keel_cached, "chat", False, store=True).header == "bypass; reason=store"  # a stored completion
 
 
 @pytest.mark.parametrize("shape", SHAPES)

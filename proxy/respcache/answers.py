@@ -44,7 +44,7 @@ from proxy.usage import Usage
 log = logging.getLogger("keel.respcache")
 HEADER = "x-keel-response-cache"
 RESPONSES = "responses"
-_NOT_SHARED = frozenset({b"x-request-id", HEADER.encode(), b"age"})
+_NOT_SHARED = frozenset({b"x-keel-request-id", HEADER.encode(), b"age"})  # the provider's x-request-id stays
 
 
 def label(state: str, reason: str = "") -> str:
@@ -113,7 +113,7 @@ class ResponseCache:
     def _hit(self, turn: Turn, shape: AnswerShape, entry: Entry, form: Form, done: Callable[[Outcome], None],
              reason: str = "") -> Response:
         body, media = rendered(shape, entry, form)
-        headers = {"x-request-id": turn.request_id, HEADER: label("hit", reason),
+        headers = {"x-request-id": turn.request_id, "x-keel-request-id": turn.request_id, HEADER: label("hit", reason),
                    "age": str(max(0, int(time.time() - entry.created)))}
         if entry.conversation:
             headers["x-keel-conversation"] = entry.conversation
@@ -136,7 +136,8 @@ class ResponseCache:
                 flight.sharers += 1
                 self.counts.outcome(turn.tenant.id, RESPONSES, "coalesced")
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers if k not in _NOT_SHARED}
-                headers |= {"x-request-id": turn.request_id, HEADER: label("hit", "coalesced")}
+                headers |= {"x-keel-request-id": turn.request_id, HEADER: label("hit", "coalesced")}
+                headers.setdefault("x-request-id", turn.request_id)
                 if not head.streamed:
                     await flight.finished.wait()
                     body = flight.body

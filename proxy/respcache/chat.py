@@ -44,7 +44,7 @@ class _Choice:
 
 class ChatAnswers:
     def never(self, wire: JsonObject) -> str | None:
-        return None
+        return "store" if wire.get("store") is True else None  # a stored completion: the provider keeps each one
 
     def whole(self, body: JsonObject, wire: JsonObject) -> bool:
         choices = body.get("choices")

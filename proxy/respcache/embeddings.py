@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 import orjson
 from starlette.responses import Response
 
-from proxy import jsontext
+from proxy import client_ids, jsontext
 from proxy.encoding import ReplyEncodingError, coding, decode_all, is_encoded
 from proxy.errors import ProxyError
 from proxy.ingress import Caller
@@ -81,9 +81,8 @@ class EmbeddingsCache:
         if items is None or "no-store" in said or not isinstance(body, dict):
             self.counts.outcome(tenant.id, EMBEDDINGS, "bypass")
             return await self._relay(await send(raw), rid, done, label("bypass", "no-store" if items else "unreadable"))
-        user = caller.bound_user or body.get("user") or headers.get("x-keel-user")
-        asker = Asker.of(tenant.id, caller.scope, str(user) if user else None, None,
-                         tenant.cache.stored.scope == "tenant")
+        user = caller.bound_user or client_ids.end_user(headers, body)
+        asker = Asker.of(tenant.id, caller.scope, user, None, tenant.cache.stored.scope == "tenant")
         keys = [embedding_key(asker, body.get("model"), body.get("dimensions"), body.get("encoding_format"), query, i)
                 for i in items]
         unique = list(dict.fromkeys(keys))
@@ -142,7 +141,8 @@ class EmbeddingsCache:
             saved = sum(cached[k].tokens for k in keys if k in cached)
             self.counts.saved(tenant, EMBEDDINGS, model, Usage(input=saved), len(out), hits)
         done(Outcome(status=200, bytes_out=len(out)))
-        return Response(out, media_type="application/json", headers={"x-request-id": rid, HEADER: tag})
+        return Response(out, media_type="application/json",
+                        headers={"x-request-id": rid, "x-keel-request-id": rid, HEADER: tag})
 
     def _read(self, response: UpstreamResponse, body: bytes, count: int) -> tuple[list[bytes], str, Json] | None:
         """The reply's vectors by index (as the upstream wrote them), its model and usage; None

@@ -4,9 +4,10 @@ Looked up and kept (`cache.responses`):
 - `on` (the default once enabled): requests that ask for determinism, `temperature` 0 or a
   `seed`; anything sampled differs on purpose from one call to the next, so it is not served
   twice. `always`: every request that is not refused below (an evaluation run's, say).
-- Never: what the shape refuses (`AnswerShape.never`: a Responses request the provider stores,
-  `store` true or absent, or that continues state held upstream, `previous_response_id`,
-  `conversation`, or runs in the `background`), and a request whose body Keel cannot read.
+- Never: what the shape refuses (`AnswerShape.never`: a request whose answer the provider stores,
+  a chat completion with `store: true` or a Responses request with `store` true or absent, or that
+  continues state held upstream, `previous_response_id`, `conversation`, or runs in the
+  `background`), and a request whose body Keel cannot read.
 
 Kept only when whole (`AnswerShape.whole`): status 200, a stream that reached its end marker,
 every choice finished as a model finishes (stop, a tool call), or cut at the token limit the
