@@ -59,6 +59,12 @@ from proxy.metrics import Metrics
 from proxy.owners import Owners, checkable, shown_by
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
 from proxy.relay import provider_request_id, relay, upstream_headers
+from proxy.respcache.admin import CacheAdmin
+from proxy.respcache.answers import ResponseCache
+from proxy.respcache.counts import CacheCounts
+from proxy.respcache.embeddings import EmbeddingsCache
+from proxy.respcache.entries import Entries
+from proxy.respcache.policy import TTL_HEADER
 from proxy.rounds.responder import ToolSearchResponder
 from proxy.savings.ledger import Ledger
 from proxy.savings.meter import TRACE, Meter, Trace, traced
@@ -145,6 +151,10 @@ class Keel:
         self.pipeline = Pipeline(stages, self.metrics, self.conversations, store_healthy=lambda: self.store.healthy,
                                  deadline=stage_deadline)
         self._metrics_digests = config.server.metrics_digests()
+        # Keel's own caches of answers (cache.responses, cache.embeddings): see proxy/respcache/answers.py
+        self.entries = Entries(self.store, background)
+        self.answers = ResponseCache(self.entries, CacheCounts(self.metrics.registry, self.ledger))
+        self.embeddings = EmbeddingsCache(self.entries, self.answers, self.tokens)
 
     def default_planners(self) -> list[Planner]:
         """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""
@@ -231,7 +241,9 @@ class Keel:
             tenant = caller.tenant
             url = tenant.upstream.base_url + "/" + path + ("?" + query if query else "")
             headers = upstream_headers(request.headers, caller.upstream_credentials, tenant.upstream.headers, rid)
-            if codec is not None and "accept-encoding" in headers:  # Keel reads these replies: only what it decodes
+            headers.pop(TTL_HEADER, None)  # the response cache's, not the upstream's
+            embeddings = codec is None and self.embeddings.applies(caller, request.method, path)
+            if (codec is not None or embeddings) and "accept-encoding" in headers:  # Keel reads these: what it decodes
                 headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
                                  upstream_ids)
@@ -248,6 +260,8 @@ class Keel:
                     upstream_ids.append(provider_id)
                 return response
 
+            if embeddings:
+                return await self.embeddings.serve(caller, raw, request.headers, send, rid, done, query)
             if codec is None:
                 if reached is not None and (reached.kind == "action" or (reached.kind in ("create", "object") and raw
                                             and "json" in request.headers.get("content-type", ""))):
@@ -258,16 +272,20 @@ class Keel:
                 return relayed
             parsed = parse_turn(raw, caller, request.headers, rid, codec, self.resent, self.pipeline.plans,
                                 self.pipeline.might_plan)
+
+            def answer() -> Awaitable[Response]:  # from the response cache (proxy/respcache), else planned and relayed
+                return self.answers.serve(parsed, lambda: self._turn(parsed, raw, send, rid, done, codec), done, query)
+
             if not caller.keyed:  # a passthrough caller's own provider key: the provider tells callers apart
-                return await self._turn(parsed, raw, send, rid, done, codec)
+                return await answer()
             owner = caller.owner(parsed.end_user)  # one provider key for every caller: what it names must be its own
             wire = parsed.view.wire if parsed.view is not None else parsed.body
             if not wire and owner.scoped:  # nothing read: a body too deep to hold is refused to a scoped caller
                 wire = checkable(raw, owner)
             await self.owners.check(owner, wire)
             events = shown_by(codec.shape, wire)
-            answer = await self._turn(parsed, raw, send, rid, done, codec)
-            return answer if events is None else await self.owners.watch(owner, answer, events=events)
+            answered = await answer()
+            return answered if events is None else await self.owners.watch(owner, answered, events=events)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
                                  upstream_ids)
@@ -382,6 +400,7 @@ class Keel:
         await self.monitor.stop()
         await self.memory_intake.stop()  # what the store has not taken yet waits in the spool
         await self.memory_worker.stop()
+        await self.answers.drain()
         await self.ledger.drain()
         await self.conversations.proofs.drain()
         await self.owners.drain()
@@ -511,6 +530,7 @@ def create_app(
     app.router.add_route("/v1/keel/memory", guarded(memory.delete), methods=["DELETE"])
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.put), methods=["PUT"])
     app.router.add_route("/v1/keel/memory/{key}", guarded(memory.delete), methods=["DELETE"])
+    app.router.add_route("/v1/keel/cache", guarded(CacheAdmin(keel.auth, keel.entries).purge), methods=["DELETE"])
     app.router.add_route("/v1/{path:path}", guarded(passthrough), methods=methods)
     page = SavingsPage(config, keel.ledger, keel.read_body, keel.store)  # /keel/: the savings page (admin keys)
     app.router.add_route("/keel/", guarded(page.overview), methods=["GET"])

@@ -1,4 +1,4 @@
-"""The `keel` command: serve, check-config, report, demo, standin, fetch-model (and --version)."""
+"""The `keel` command: serve, check-config, report, purge-cache, demo, standin, fetch-model (and --version)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--tenant", help="tenant id (default: the config's first; 'local' for the quickstart)")
     report.add_argument("--since", default="7d", help="how far back: 24h, 7d, 30d, 90m or a date (YYYY-MM-DD)")
     report.add_argument("--json", action="store_true", help="print the figures as JSON (what /keel/api/summary says)")
+    purge = sub.add_parser("purge-cache", help="forget every answer and vector Keel's response cache keeps for a tenant")
+    purge.add_argument("--config", help="the config whose store to purge (default: the quickstart's --store)")
+    purge.add_argument("--store", default="sqlite:///keel.db", help="store URL without --config")
+    purge.add_argument("--tenant", help="tenant id (default: the config's first; 'local' for the quickstart)")
     demo = sub.add_parser("demo", help="run an agent conversation direct and through Keel, print what each cost")
     demo.add_argument("--url", default="http://127.0.0.1:8080", help="a running Keel (else the quickstart starts)")
     demo.add_argument("--key", default="keel-local", help="a Keel key that is also an admin key (the page)")
@@ -98,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "report":
             return asyncio.run(_report(args))
+        if args.command == "purge-cache":
+            return asyncio.run(_purge(args))
         if args.command == "demo":
             from proxy.demo import main as demo_main
 
@@ -138,20 +144,46 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _store_and_tenant(args: argparse.Namespace) -> tuple[str, str]:
+    """The store URL and tenant a command on the store acts on (the config's, else the quickstart's)."""
+    if args.config:
+        config = load_config(args.config)
+        url, tenants = config.store.url, [t.id for t in config.tenants]
+    else:
+        url, tenants = args.store, ["local"]
+    tenant = args.tenant or tenants[0]
+    if tenant not in tenants:
+        raise ConfigError(f"no tenant {tenant!r}; the config has {', '.join(tenants)}")
+    return url, tenant
+
+
+async def _purge(args: argparse.Namespace) -> int:
+    from proxy.defaults import open_store
+    from proxy.respcache.entries import Entries
+
+    url, tenant = _store_and_tenant(args)
+    from proxy.stores import StoreError
+
+    store = open_store(url)
+    try:
+        purged = await Entries(store, store).purge(tenant)
+    except StoreError as exc:
+        print(f"keel purge-cache: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
+    print(f"purged {purged} cached answers and vectors of tenant {tenant}")
+    return 0
+
+
 async def _report(args: argparse.Namespace) -> int:
     from proxy.config import SavingsConfig
     from proxy.defaults import open_store
     from proxy.savings.ledger import Ledger
     from proxy.savings.report import parse_since, render_text, summary
 
-    if args.config:
-        config = load_config(args.config)
-        url, tenants, savings = config.store.url, [t.id for t in config.tenants], config.savings
-    else:
-        url, tenants, savings = args.store, ["local"], SavingsConfig()
-    tenant = args.tenant or tenants[0]
-    if tenant not in tenants:
-        raise ConfigError(f"no tenant {tenant!r}; the config has {', '.join(tenants)}")
+    url, tenant = _store_and_tenant(args)
+    savings = load_config(args.config).savings if args.config else SavingsConfig()
     try:
         since = parse_since(args.since)
     except ValueError as exc:

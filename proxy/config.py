@@ -341,8 +341,22 @@ class MemoryConfig(_Model):
     jobs: MemoryJobsConfig = MemoryJobsConfig()
 
 
+class StoredAnswersConfig(_Model):
+    """Bounds and scope of the answers Keel keeps itself (`cache.responses`, `cache.embeddings`)."""
+
+    ttl_seconds: int = Field(86400, ge=1, description="how long an answer is served from the cache")
+    max_ttl_seconds: int = Field(7 * 86400, ge=1, description="the longest a request's x-keel-cache-ttl may ask")
+    scope: Literal["caller", "tenant"] = Field(
+        "caller", description="caller: an answer is served only to the credential, end user and conversation id "
+        "that asked for it; tenant: to any caller of the tenant sending the same request (shared, non-personal "
+        "traffic)")
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="bytes kept per tenant (both caches); the "
+                           "oldest entries go first")
+    max_entry_bytes: int = Field(4 * 1024 * 1024, ge=1, description="an answer larger than this is not kept")
+
+
 class CacheConfig(_Model):
-    """Provider prompt-cache hints."""
+    """Provider prompt-cache hints, and the answers Keel caches itself (`responses`, `embeddings`)."""
 
     breakpoints: Literal["off", "auto"] = Field("off", description="place cache_control where the upstream takes it")
     ttl: Literal["5m", "1h"] | None = Field(None, description="cache_control ttl where the upstream offers a choice")
@@ -351,6 +365,17 @@ class CacheConfig(_Model):
     min_tokens: int = Field(1024, ge=0, description="no breakpoint on a prefix shorter than this (estimated)")
     read_price: float = Field(0.1, ge=0, le=1, description="a cache read's price as a fraction of an input token's "
                               "(tools.stability auto weighs it)")
+    responses: Literal["off", "on", "always"] = Field(
+        "off", description="answer a repeated request from Keel's own cache (chat, responses, messages; JSON and "
+        "SSE): on: requests that ask for determinism (temperature 0, or a seed); always: every cacheable request")
+    embeddings: Literal["off", "on"] = Field("off", description="answer /v1/embeddings per input item from Keel's "
+                                             "own cache; only the items not cached go upstream")
+    stored: StoredAnswersConfig = StoredAnswersConfig()
+
+    @field_validator("responses", "embeddings", mode="before")
+    @classmethod
+    def _switch_on(cls, value: Json) -> Json:
+        return "on" if value is True else value  # YAML reads an unquoted `on` as true
 
 
 class ModelConfig(_Model):

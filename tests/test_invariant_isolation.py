@@ -8,7 +8,8 @@ messages, tool results, memory entries, and one private tool whose description n
 identifies (end user id, conversation id, nothing at all, or a passthrough tenant with the
 user's own provider key), whether both open with the same words and the same system prompt,
 and a sequence of turns, regenerations, edits, tool rounds, memory changes and system prompt
-changes. Every upstream request made for a user must carry no marker of the other.
+changes. Every upstream request made for a user must carry no marker of the other, and an answer
+a user gets from Keel's response cache must be one of that same caller's own earlier requests.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from hypothesis import strategies as st
 from proxy.standin.script import hidden_call
 
 IDENTITIES = ["user", "conversation", "none", "passthrough"]
-EVENTS = ["turn", "turn", "tool", "regenerate", "edit", "memory", "system"]
+EVENTS = ["turn", "turn", "tool", "regenerate", "edit", "memory", "system", "common"]
+COMMON = "What is the capital of France? (run {run})"  # both users of a run ask it, word for word
 FEATURES: dict[str, Any] = {
     "tools": {"enabled": True, "stability": "segment"}, "context": {"stable": True},
-    "cache": {"prompt_cache_key": "auto"}, "memory": {"enabled": True}}
+    "cache": {"prompt_cache_key": "auto", "responses": "always"}, "memory": {"enabled": True}}
 _COUNTER = itertools.count()
 
 
@@ -59,6 +61,12 @@ class User:
         if self.identity == "conversation":
             headers["x-keel-conversation"] = "chat-" + self.marker
         return headers
+
+    def caller(self) -> tuple[str, ...]:
+        """Who Keel sees: two users with no id under one key are one caller (and may share answers)."""
+        if self.identity == "passthrough":
+            return ("byo", self.marker)
+        return ("key",) if self.identity == "none" else ("key", self.identity, self.marker)
 
     def tools(self) -> list[dict[str, Any]]:
         private = {"type": "function", "function": {
@@ -97,11 +105,17 @@ def turn_requests(standin: ServerThread, before: int) -> list[dict[str, Any]]:
     return [b for b in bodies if "set_memory" not in orjson.dumps(b.get("tools", [])).decode()]
 
 
-def send(replica: ServerThread, user: User) -> dict[str, Any]:
-    body = {"model": "m", "tools": user.tools(), "messages": [{"role": "system", "content": user.system},
-                                                              *user.history]}
+def send(replica: ServerThread, user: User, asked: dict[tuple[str, ...], set[bytes]],
+         body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One turn; a reply from the response cache must answer a request this same caller made before."""
+    body = body or {"model": "m", "tools": user.tools(), "messages": [{"role": "system", "content": user.system},
+                                                                      *user.history]}
     reply = httpx.post(replica.url + "/v1/chat/completions", json=body, headers=user.headers(), timeout=30)
     assert reply.status_code == 200, reply.text
+    mine = asked.setdefault(user.caller(), set())
+    if reply.headers.get("x-keel-response-cache", "").startswith("hit"):
+        assert orjson.dumps(body) in mine, f"{user.marker} got a cached answer to another caller's request"
+    mine.add(orjson.dumps(body))
     message: dict[str, Any] = reply.json()["choices"][0]["message"]
     return message
 
@@ -147,28 +161,33 @@ def test_no_user_content_reaches_another_users_request(replicas: tuple[ServerThr
                                                         standin: ServerThread, identities: tuple[str, str],
                                                         same_words: bool, same_system: bool,
                                                         events: list[tuple[int, str]], seed: int) -> None:
-    """Whatever two users do, in any order, on either replica, neither's content reaches the other."""
+    """Whatever two users do, in any order, on either replica, neither's content reaches the other,
+    and neither is answered from the cache with the other's answer."""
     run = next(_COUNTER)
     users = [User(f"QX{run}A{seed}", identities[0]), User(f"QX{run}B{seed}", identities[1])]
     pick = random.Random(seed)
+    asked: dict[tuple[str, ...], set[bytes]] = {}
     for user in users:  # the opening: the same words and system prompt for both, or their own
         if not same_system:
             user.system = f"You help {user.mark('system')}."
         user.history = [{"role": "user", "content": "What can you do?" if same_words else user.mark("opening")}]
-    for who, event in [(0, "open"), (1, "open"), *events]:
+    for who, event in [(0, "open"), (1, "open"), (0, "common"), (1, "common"), *events]:
         user, other = users[who], users[1 - who]
         replica = replicas[pick.randrange(2)]
+        if event == "common":  # the same request from both: answered from the cache only for the same caller
+            send(replica, user, asked, {"model": "m", "messages": [{"role": "user", "content": COMMON.format(run=run)}]})
+            continue
         if event != "open":
             act(user, event, replica)
         before = len(standin.app.state.standin.requests)
-        message = send(replica, user)
+        message = send(replica, user, asked)
         for body in turn_requests(standin, before):
             leaked = other.marker in orjson.dumps(body).decode()
             assert not leaked, f"{other.marker}'s content reached a request made for {user.marker} ({event})"
         reply_into_history(user, message)
         if message.get("tool_calls"):  # the client answers its tool call in the same breath
             before = len(standin.app.state.standin.requests)
-            reply_into_history(user, send(replica, user))
+            reply_into_history(user, send(replica, user, asked))
             for body in turn_requests(standin, before):
                 assert other.marker not in orjson.dumps(body).decode()
 

@@ -9,6 +9,9 @@ Per tenant (keys hash-tagged `savings:<tenant>`):
     t:<conversation>  the conversation's turns (`TurnFacts`), the first `conversation_turns` kept
     memory            all-time memory-model runs and cost (the average a skipped run is priced at)
 
+Answers from Keel's own cache (`proxy.respcache`) count in the hourly figures too: hits, and the
+dollars and tokens the upstream calls they replaced cost (`usd_answers`, a cause of its own).
+
 Every key a turn writes is of a bounded size, so a turn costs the same at the end of a busy day
 as at its start, and the page's reads are bounded too (an hour's counters, a day's top list,
 the counters of the conversations in it): none grows with the day's traffic. The top list is
@@ -111,6 +114,13 @@ class Ledger:
                               self.ttl + HOUR)
         if outcome == "run" and usd:
             await self.store.incr(self._key(tenant, "memory"), {"runs": 1, "usd": usd})
+
+    async def answered(self, tenant: str, cache: str, hits: int, usd: float, tokens: int) -> None:
+        """Requests (or embedding items) answered from Keel's own cache (`cache`: responses or
+        embeddings), and what they would have cost upstream."""
+        deltas = {f"{cache}_hits": hits, "usd_answers": usd, "tokens_answers": tokens}
+        await self.store.incr(self._key(tenant, "h", hour_of(time.time())), {k: v for k, v in deltas.items() if v},
+                              self.ttl + HOUR)
 
     async def judgment(self, tenant: str, usd: float) -> None:
         """A judgment Keel made outside a turn (the memory gate's model)."""

@@ -41,7 +41,7 @@ COOKIE_SECONDS = 12 * 3600
 SECRET_KEY = key("page", "cookie-secret")
 RANGES = ("24h", "7d", "30d")
 CAUSE_LABELS = {"tools": "tools deferred", "search": "tool_search rounds", "cache": "cache reads gained",
-                "judgments": "judgments", "memory": "memory runs avoided"}
+                "judgments": "judgments", "memory": "memory runs avoided", "answers": "answered from Keel's cache"}
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
 header{background:#14213d;color:#fff;padding:12px 24px;display:flex;gap:24px;align-items:center}

@@ -3,7 +3,8 @@
 Dollars include the memory model: without the gate it would have run on every judged message,
 so a skipped run counts as saved at the memory model's average cost per run (this range's,
 else every run recorded, else an estimate of the skipped run's own prompt); the gate's own
-model calls count against it.
+model calls count against it. A request answered from Keel's own cache saved what its upstream
+call cost (`answers`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ async def summary(ledger: Ledger, tenant: str, since: float, until: float | None
     causes = {c: t.get(f"usd_{c}", 0.0) for c in CAUSES}
     causes["judgments"] -= t.get("usd_memory_gate", 0.0)
     causes["memory"] = avoided
-    direct_usd = t.get("usd_direct", 0.0) + t.get("usd_memory", 0.0) + avoided
+    answers = t.get("usd_answers", 0.0)  # requests answered from Keel's own cache: their upstream cost, all saved
+    causes["answers"] = answers
+    direct_usd = t.get("usd_direct", 0.0) + t.get("usd_memory", 0.0) + avoided + answers
     keel_usd = t.get("usd_keel", 0.0) + t.get("usd_memory", 0.0) + t.get("usd_memory_gate", 0.0)
     by_day: dict[str, dict[str, float]] = {}
     for start, counters in hours:
@@ -83,6 +86,8 @@ async def summary(ledger: Ledger, tenant: str, since: float, until: float | None
                         "average_run_usd": round(average, 8) if average is not None else None,
                         "avoided_usd": round(avoided, 6)},
         "misses": {"planned": int(t.get("misses_planned", 0)), "unexplained": int(t.get("misses_unexplained", 0))},
+        "response_cache": {"hits": int(t.get("responses_hits", 0)), "embedding_items": int(t.get("embeddings_hits", 0)),
+                           "tokens": int(t.get("tokens_answers", 0)), "saved_usd": round(answers, 6)},
         "days": [{"day": f"{d[:4]}-{d[4:6]}-{d[6:]}", **{k: round(v, 6) for k, v in row.items()}}
                  for d, row in sorted(by_day.items())],
         "top_conversations": [
@@ -108,7 +113,8 @@ def render_text(report: JsonObject) -> str:
                  f"{dollars['saved']:>14.4f}  ({_pct(dollars['saved_fraction'])})")
     lines += ["", "saved by cause:"]
     labels = {"tools": "tools deferred", "search": "tool_search rounds", "cache": "cache reads gained",
-              "judgments": "judgments (Keel's own model calls)", "memory": "memory-model runs avoided"}
+              "judgments": "judgments (Keel's own model calls)", "memory": "memory-model runs avoided",
+              "answers": "answered from Keel's cache"}
     token_causes = tokens["by_cause"]
     for cause, usd in dollars["by_cause"].items():
         extra = f"  {token_causes[cause]:+,} input tokens" if cause in token_causes else ""
@@ -120,6 +126,10 @@ def render_text(report: JsonObject) -> str:
               "shipped with the first call)",
               "tool gate: " + ", ".join(f"{k} {v}" for k, v in gate.items() if v),
               f"memory gate: run {memory['run']}, skip {memory['skip']}, failed {memory['failed']}"]
+    answered = report["response_cache"]
+    if answered["hits"] or answered["embedding_items"]:
+        lines.append(f"response cache: {answered['hits']} answers, {answered['embedding_items']} embedding items "
+                     f"served ({answered['tokens']:,} tokens, ${answered['saved_usd']:.4f} not spent upstream)")
     if report["top_conversations"]:
         lines += ["", "top conversations by cost:"]
         for c in report["top_conversations"]:
