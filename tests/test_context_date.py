@@ -5,6 +5,7 @@ announced on the next turn whatever it says."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import anthropic
@@ -57,6 +58,25 @@ def test_a_turn_about_time_gets_the_date_and_later_its_change(keel: ServerThread
     assert "The current date is now" in str(standin.app.state.standin.requests[-1]["messages"][-1])
     send("thanks, noted", {"x-keel-timezone": other_date_zone()})  # says nothing of time, but the date rolled
     assert "The current date is now" in str(standin.app.state.standin.requests[-1]["messages"][-1])
+
+
+def test_a_client_that_states_the_date_gets_none_from_keel(keel: ServerThread, standin: ServerThread) -> None:
+    """Claude Code says "Today's date is …" in its system prompt, Codex `<current_date>` in a user
+    message: Keel's date would say it twice, so a turn about time gets none (and costs what it costs direct)."""
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    client = openai.OpenAI(base_url=keel.url + "/v1", api_key=KEY)
+    client.chat.completions.create(model="m", messages=[
+        {"role": "system", "content": f"You are a coding agent. Today's date is {today}."},
+        {"role": "user", "content": "what should I do tomorrow?"}])
+    assert "current date" not in sent(standin).lower()
+    client.responses.create(model="m", store=False, input=[
+        {"role": "user", "content": f"<environment_context><current_date>{today}</current_date></environment_context>"},
+        {"role": "user", "content": "what time is it in Tokyo?"}])
+    assert "current date" not in sent(standin).lower()
+    client.chat.completions.create(model="m", messages=[
+        {"role": "system", "content": "You are a coding agent. Today's date is 2019-04-01."},
+        {"role": "user", "content": "what should I do tomorrow?"}])
+    assert "Current date" in sent(standin), "another day than today: Keel's date goes in"
 
 
 @pytest.mark.parametrize(("text", "needs"), [

@@ -3,7 +3,7 @@ the same script directives, tool_search for a deferred tool, errors in each prov
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
@@ -58,6 +58,17 @@ def test_responses_custom_tool_call(client: openai.OpenAI) -> None:
     answer = client.responses.create(model="gpt-5", input='[[call run_sql {"q": 1}]]', tools=tools)
     item = answer.output[0]
     assert item.type == "custom_tool_call" and item.name == "run_sql" and item.input == '{"q": 1}'
+
+
+def test_responses_additional_tools_offered(client: openai.OpenAI) -> None:
+    """Tools sent in an `additional_tools` input item (Codex's newer models), namespaced or not, are offered."""
+    extra = {"type": "additional_tools", "role": "developer", "tools": [
+        {"type": "namespace", "name": "functions", "description": "", "tools": [
+            {"type": "custom", "name": "exec", "description": "run JavaScript"}]}]}
+    line = {"role": "user", "content": "[[call exec text(1)]]"}
+    answer = client.responses.create(model="gpt-6", input=cast(Any, [extra, line]))
+    item = answer.output[0]
+    assert item.type == "custom_tool_call" and item.name == "exec" and item.input == "text(1)"
 
 
 def test_responses_stream_events_in_order(client: openai.OpenAI) -> None:

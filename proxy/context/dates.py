@@ -5,12 +5,15 @@ date is a context source sampled on the turns that need it: the first turn that 
 (today, tomorrow, a weekday, a deadline, "how long ago"…, in the languages below, or a written
 date) announces it, and once the model knows a date every later turn keeps it current, so a
 change of local date is announced. Costs are asymmetric, so the word list errs wide: an extra
-date is a few tokens, a missing one a wrong answer about time.
+date is a few tokens, a missing one a wrong answer about time. A client that tells the model the
+date itself (Claude Code: "Today's date is 2026-12-06."; Codex: `<current_date>2026-12-06`) needs
+none from Keel: its own prompt already says today's date, written as year-month-day.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _WORDS = (
     # English
@@ -37,3 +40,8 @@ def speaks_of_time(text: str) -> bool:
     """Does this message need today's date to be answered well? (Reads at most 4,000 characters.)"""
     sample = text if len(text) <= 4000 else text[:2000] + "\n" + text[-2000:]
     return bool(_TIME.search(sample) or _CJK.search(sample) or _WRITTEN.search(sample))
+
+
+def states_date(texts: Iterable[str], day: str) -> bool:
+    """Does the client's own prompt say today's date (`day`, as YYYY-MM-DD) in any of its texts?"""
+    return any(day in text for text in texts)

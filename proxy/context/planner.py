@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from proxy import jsontext
 from proxy.codecs import KEEL
 from proxy.config import TenantConfig
-from proxy.context.dates import speaks_of_time
+from proxy.context.dates import speaks_of_time, states_date
 from proxy.context.update import Sampler, State, diff, prepend_updates
 from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
 from proxy.jsontext import JsonObject
@@ -114,7 +114,8 @@ class ContextPlanner:
         now = datetime.fromtimestamp(self.clock(), _zone(request))
         today = now.strftime("%Y-%m-%d (%A)") if cfg.date else None
         messages = request.body["messages"]
-        wants_date = speaks_of_time(newest_user_text(messages))
+        wants_date = (speaks_of_time(newest_user_text(messages))  # and the client has not said it already
+                      and not states_date(map(message_text, messages), now.strftime("%Y-%m-%d")))
         date = today if wants_date else None
         leading = leading_context(messages)
         client_system = "\n\n".join(message_text(m) for m in messages[:leading])

@@ -52,6 +52,7 @@ class Served:
     cached_tokens: int
     cache_write_tokens: int
     ceiling: int | None  # what a perfect prefix cache would have served
+    completion_tokens: int = 0
 
     @property
     def tool_tokens(self) -> int:
@@ -121,7 +122,7 @@ class StandIn:
         completion = self.completion_tokens(script)
         report = self.tool_report(body)
         self.served.append(Served(type(shape).__name__.removesuffix("Shape").lower(), report, cache.prompt_tokens, cache.cached_tokens,
-                                  getattr(cache, "cache_write_tokens", 0), ceiling))
+                                  getattr(cache, "cache_write_tokens", 0), ceiling, completion))
         if log.isEnabledFor(logging.INFO):
             log.info("standin_request", extra={"tools": report, "prompt_tokens": cache.prompt_tokens,
                                                "cached_tokens": cache.cached_tokens})

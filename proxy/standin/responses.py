@@ -2,9 +2,10 @@
 
 The script reads the request as chat: `instructions` a system message, input messages by
 role (developer as system), function and custom tool calls as assistant tool_calls, their
-outputs as `tool` messages; function and custom tools (flat, `{"type", "name", ...}`) are
-offered by name, hosted tools (web_search, ...) ignored. `previous_response_id` prepends what
-that response saw and said while the stand-in still remembers it (the last 1,000 stored ones);
+outputs as `tool` messages; function and custom tools (flat, `{"type", "name", ...}`, in `tools`
+or in an `additional_tools` input item, namespaces opened) are offered by name, hosted tools
+(web_search, ...) ignored. `previous_response_id` prepends what that response saw and said while
+the stand-in still remembers it (the last 1,000 stored ones);
 otherwise the input is taken as the whole conversation. The prompt is cached under OpenAI's
 rules, in its order: tools, instructions, input. Streams are named SSE events, each with a
 sequence number, ending with `response.completed` (no `[DONE]`).
@@ -93,9 +94,24 @@ class ResponsesShape:
 
 
 def _offered(body: JsonObject) -> dict[str, str]:
-    """Tools the model may call, by name: function or custom (hosted tools run at the provider)."""
-    return {t["name"]: t["type"] for t in body.get("tools") or []
-            if isinstance(t, dict) and t.get("type") in ("function", "custom") and isinstance(t.get("name"), str)}
+    """Tools the model may call, by name: function or custom (hosted tools run at the provider), from
+    `tools` and from `additional_tools` input items (newer Codex models send theirs so), namespaces
+    opened: a namespaced tool is offered by its own name."""
+    tools: list[Json] = list(body.get("tools") or [])
+    inputs = body.get("input")
+    for item in inputs if isinstance(inputs, list) else []:
+        if isinstance(item, dict) and item.get("type") == "additional_tools" and isinstance(item.get("tools"), list):
+            tools.extend(item["tools"])
+    offered: dict[str, str] = {}
+    while tools:
+        tool = tools.pop(0)
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            tools[:0] = tool["tools"]
+        elif tool.get("type") in ("function", "custom") and isinstance(tool.get("name"), str):
+            offered[tool["name"]] = str(tool["type"])
+    return offered
 
 
 def _text(content: Json) -> str | list[JsonObject]:
