@@ -113,13 +113,14 @@ class Keel:
         self.metrics.store_up.set(1)
         self.monitor = HealthMonitor(self.store, self.metrics)  # /healthz reads it, never the store
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
-        self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background)
+        self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background,
+                                           config.store.blob_ttl_seconds)
         self.owners = ResponseOwners(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.ledger = Ledger(background, config.savings)  # written after the turn, off the request path
         self.meter = Meter(self.ledger, self.tokens)
-        jobs = MemoryJobs(background, background.job_queue())
+        jobs = MemoryJobs(background, background.job_queue(), config.store.job_marker_ttl_seconds)
         self.memory_worker = MemoryWorker(config, self.memory_book, jobs, upstream, self.metrics, memory_gate,
                                           self.ledger)
         # After the upstream accepts a turn: its job queued (the turn waits `budget_ms` at most), else spooled.
@@ -380,7 +381,7 @@ def create_app(
     function of the default list), the tool ranker and the memory gate for every tenant."""
     keel = Keel(
         config,
-        store if store is not None else open_store(config.store.url),
+        store if store is not None else open_store(config.store),
         upstream if upstream is not None else create_upstream(config.server),
         planners, ranker, memory_gate, stage_deadline,
     )

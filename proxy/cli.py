@@ -132,16 +132,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _report(args: argparse.Namespace) -> int:
-    from proxy.config import SavingsConfig
+    from pydantic import ValidationError
+
+    from proxy.config import SavingsConfig, StoreConfig
     from proxy.defaults import open_store
     from proxy.savings.ledger import Ledger
     from proxy.savings.report import parse_since, render_text, summary
+    from proxy.stores import StoreError
+    from proxy.stores.redis_url import masked_url
 
     if args.config:
         config = load_config(args.config)
-        url, tenants, savings = config.store.url, [t.id for t in config.tenants], config.savings
+        where, tenants, savings = config.store, [t.id for t in config.tenants], config.savings
     else:
-        url, tenants, savings = args.store, ["local"], SavingsConfig()
+        try:
+            where, tenants, savings = StoreConfig(url=args.store), ["local"], SavingsConfig()
+        except ValidationError as err:
+            raise ConfigError(f"--store: {err.errors()[0]['msg']}") from None
     tenant = args.tenant or tenants[0]
     if tenant not in tenants:
         raise ConfigError(f"no tenant {tenant!r}; the config has {', '.join(tenants)}")
@@ -149,9 +156,12 @@ async def _report(args: argparse.Namespace) -> int:
         since = parse_since(args.since)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    store = open_store(url)
+    store = open_store(where)
     try:
         figures = await summary(Ledger(store, savings), tenant, since)
+    except StoreError as exc:
+        print(f"keel report: the store at {masked_url(where.url)} did not answer: {exc}", file=sys.stderr)
+        return 1
     finally:
         await store.close()
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() if args.json else render_text(figures))

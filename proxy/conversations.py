@@ -116,10 +116,11 @@ class Location:
 
 
 class Conversations:
-    def __init__(self, store: Store, ttl_seconds: float, after_answer: Store | None = None) -> None:
+    def __init__(self, store: Store, ttl_seconds: float, after_answer: Store | None = None,
+                 blob_ttl: float | None = None) -> None:
         self.store = store
         self.ttl = ttl_seconds
-        self.blobs = Blobs(store, ttl_seconds)  # content many conversations share, stored once
+        self.blobs = Blobs(store, ttl_seconds, blob_ttl=blob_ttl)  # content many conversations share, stored once
         # Written after the answer, with the background's longer budget (losing one costs the next
         # turn's cache): the proofs, aliases, hidden exchanges and dispatched calls.
         self.after_answer = after_answer or store

@@ -1,4 +1,5 @@
-"""One contract for every Store: SQLite (a real file) and Redis (the real server)."""
+"""One contract for every Store: SQLite (a real file), and Redis, Valkey, a Redis Cluster and a
+Sentinel-managed Redis (real servers: tests/redis_servers.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import redis_or_skip
+from conftest import STORES, open_test_store, store_url
 
 from proxy.stores import Store, key
 from proxy.stores.redis import RedisStore
 from proxy.stores.sqlite import SqliteStore
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = SqliteStore(str(tmp_path / "keel.db")) if request.param == "sqlite" else await redis_or_skip()
+    s: Store = open_test_store(store_url(request, request.param, tmp_path))
     yield s
     await s.close()
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from proxy.stores import StoreError
-from proxy.stores.queue import JobQueue
+from proxy.stores.queue import DeadLetters, JobQueue
 from proxy.stores.sqlite_queue import SCHEMA as QUEUE_SCHEMA
-from proxy.stores.sqlite_queue import SqliteJobQueue
+from proxy.stores.sqlite_queue import SqliteJobQueue, migrate
 
 T = TypeVar("T")
 
@@ -37,8 +37,9 @@ CREATE TABLE IF NOT EXISTS counters (key TEXT NOT NULL, field TEXT NOT NULL, val
 
 
 class SqliteStore:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, dead_letters: DeadLetters | None = None) -> None:
         self.path = path
+        self.dead_letters = dead_letters or DeadLetters()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keel-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None  # the file the connection has open
@@ -52,6 +53,7 @@ class SqliteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA + QUEUE_SCHEMA)
+            migrate(conn)
             self._conn = conn
             self._inode = self._file_inode()
         return self._conn
@@ -258,7 +260,7 @@ class SqliteStore:
             return False
 
     def job_queue(self) -> JobQueue:
-        return SqliteJobQueue(self._run)
+        return SqliteJobQueue(self._run, self.dead_letters)
 
     async def close(self) -> None:
         def fn() -> None:
