@@ -231,6 +231,23 @@ class Cluster:
     def wait_healthy(self, seconds: float = 30) -> None:
         wait_for(self.healthy, seconds, "the cluster settling")
 
+    def replica_of(self, master: Server) -> Server:
+        info = master.info("replication")
+        port = int(dict(kv.split("=") for kv in info["slave0"].split(","))["port"])
+        return next(n for n in self.nodes if n.port == port)
+
+    def wait_synced(self) -> None:
+        """Every write each master took has reached its replica (before a test kills a master)."""
+        def synced() -> bool:
+            for master in self.masters():
+                info = master.info("replication")
+                offsets = [dict(kv.split("=") for kv in v.split(",")).get("offset") for k, v in info.items()
+                           if k.startswith("slave")]
+                if not offsets or any(o != info["master_repl_offset"] for o in offsets):
+                    return False
+            return True
+        wait_for(synced, 10, "the replicas catching up")
+
     def flush(self) -> None:
         for node in self.masters():
             command(node.port, "FLUSHALL", password=self.password)
@@ -303,6 +320,12 @@ class SentinelSet:
             offset = master.info("replication").get("master_repl_offset")
             return other.info("replication").get("master_repl_offset") == offset
         wait_for(synced, 10, "the replica catching up")
+
+    def wait_replica_of(self, port: int) -> None:
+        """The other server replicates the master on `port` again (after a failed master came back)."""
+        other = self.replica if self.master.port == port else self.master
+        wait_for(lambda: other.info("replication").get("master_port") == str(port)
+                 and other.info("replication").get("master_link_status") == "up", 30, "the old master replicating")
 
     def flush(self) -> None:
         command(self.current_master(), "FLUSHALL", password=self.password)
