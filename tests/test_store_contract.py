@@ -84,6 +84,19 @@ async def test_hashes(store: Store) -> None:
     assert await store.hget("h", "missing") is None
 
 
+async def test_a_hash_with_a_ttl_expires_whole(store: Store) -> None:
+    """Each write with a TTL renews the whole hash's; without one a hash stays (memories)."""
+    await store.hset("brief", "a", b"1", ttl=0.3)
+    await asyncio.sleep(0.2)
+    await store.hset("brief", "b", b"2", ttl=0.3)
+    await store.hset("kept", "a", b"1")
+    await asyncio.sleep(0.2)
+    assert await store.hgetall("brief") == {"a": b"1", "b": b"2"}, "the second write renewed it"
+    await asyncio.sleep(0.2)
+    assert await store.hgetall("brief") == {} and await store.hget("brief", "a") is None
+    assert await store.hgetall("kept") == {"a": b"1"}
+
+
 async def test_counters(store: Store) -> None:
     """Counters add up under concurrent writers, floats too, and expire with their key."""
     assert await store.counters(["c", "d"]) == [{}, {}]

@@ -29,6 +29,11 @@ local n = redis.call('RPUSH', KEYS[1], ARGV[1])
 if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return n
 """
+HSET = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return 1
+"""
 INCR = """
 for i = 2, #ARGV, 2 do
   local delta = ARGV[i + 1]
@@ -60,6 +65,7 @@ class RedisStore:
         self._slots = asyncio.Semaphore(max_connections)
         self._append = self._redis.register_script(APPEND)
         self._incr = self._redis.register_script(INCR)
+        self._hset = self._redis.register_script(HSET)
 
     async def _run(self, op: Awaitable[T]) -> T:
         try:
@@ -96,8 +102,8 @@ class RedisStore:
     async def get_list(self, key: str) -> list[bytes]:
         return list(await self._run(self._redis.lrange(key, 0, -1)))
 
-    async def hset(self, key: str, field: str, value: bytes) -> None:
-        await self._run(self._redis.hset(key, field, value))
+    async def hset(self, key: str, field: str, value: bytes, ttl: float | None = None) -> None:
+        await self._run(self._hset(keys=[key], args=[field, value, _ms(ttl)]))
 
     async def hget(self, key: str, field: str) -> bytes | None:
         return await self._run(self._redis.hget(key, field))
