@@ -5,7 +5,8 @@ reads from Redis as a conversation grows.
 
 sizes: N conversations (default 200) of T user turns (default 4), every feature on (tools under
 dispatch with a 200-tool catalog, the frozen system prompt, cache hints, memory with the stand-in as
-the memory model, savings), all under one ~17 KB system prompt with a ticking clock. Each store
+the memory model, savings), all under one ~17 KB system prompt with a clock that ticks every call,
+each conversation named by X-Keel-Conversation (as LibreChat and Open WebUI send it). Each store
 starts empty; after one warm-up conversation (what all share: the prompt's blobs) every row of
 the SQLite file (key and value bytes, by table) and every Redis key (MEMORY USAGE) is counted, by
 kind, and divided by the conversations and the calls that followed.
@@ -117,7 +118,7 @@ def converse(client: httpx.Client, url: str, i: int, turns: int, tools: list[Any
             body["user"] = f"user-{i}"
         if tools:
             body["tools"] = tools
-        reply = client.post(url + "/v1/chat/completions", json=body)
+        reply = client.post(url + "/v1/chat/completions", json=body, headers={"x-keel-conversation": f"conv-{i}"})
         assert reply.status_code == 200, reply.text
         message = reply.json()["choices"][0]["message"]
         messages.append({k: v for k, v in message.items() if v is not None})

@@ -107,7 +107,7 @@ class Keel:
         self.upstream = upstream
         self.metrics = Metrics()
         # One breaker for the store; the request path waits `budget_ms`, background work longer.
-        breaker = Breaker(on_change=lambda up: self.metrics.store_up.set(1 if up else 0))
+        breaker = Breaker(on_change=self._breaker_changed)
         self.store = GuardedStore(store, config.store.budget_ms / 1000, breaker)
         background = GuardedStore(store, BACKGROUND_STORE_BUDGET, breaker)
         self.metrics.store_up.set(1)
@@ -136,6 +136,10 @@ class Keel:
         self.pipeline = Pipeline(stages, self.metrics, self.conversations, store_healthy=lambda: self.store.healthy,
                                  deadline=stage_deadline)
         self._metrics_digests = config.server.metrics_digests()
+
+    def _breaker_changed(self, closed: bool) -> None:
+        self.metrics.store_up.set(1 if closed else 0)
+        self.metrics.breaker_open.set(0 if closed else 1)
 
     def default_planners(self) -> list[Planner]:
         """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""

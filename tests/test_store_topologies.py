@@ -141,13 +141,17 @@ def drive_through(chat: Chat, outage: Callable[[], bool], seconds: float = 40) -
     """Keep the conversation going (each call must succeed) until `outage()` says it is over and
     Keel's store is back; what /healthz and keel_store_up said along the way."""
     readings = []
+    opened = False
     deadline = time.monotonic() + seconds
     n = 0
     while time.monotonic() < deadline:
         chat.say(f"Turn {n} during the failover: list my tickets.", second=n % 60)
         readings.append(health(chat.keel))
+        opened = opened or chat.keel.app.state.keel.metrics.registry.get_sample_value("keel_store_breaker_open") == 1
         n += 1
         if outage() and readings[-1] == ("ok", 1.0) and n > 3:
+            assert opened, readings  # the turns saw the outage: the breaker opened (passthrough), then closed
+            assert chat.keel.app.state.keel.metrics.registry.get_sample_value("keel_store_breaker_open") == 0
             return readings
         time.sleep(0.2)
     raise AssertionError(f"the store did not come back: {readings[-5:]}")
