@@ -128,7 +128,7 @@ class RedisStore:
         if not keys:
             return []
 
-        async def read() -> list[Any]:
+        async def read() -> list[Any]:  # Any: redis-py's replies, bytes | str by a runtime flag
             async with self._redis.pipeline(transaction=False) as pipe:
                 for k in keys:
                     pipe.hgetall(k)

@@ -33,7 +33,7 @@ def _retry(attempts: int) -> Retry:
     return Retry(ExponentialBackoff(cap=0.2, base=0.02), attempts)
 
 
-def _tls(target: RedisTarget) -> dict[str, Any]:
+def _tls(target: RedisTarget) -> dict[str, Any]:  # Any: keyword arguments of redis-py's constructors
     if not target.tls:
         return {}
     return {"ssl": True, **target.tls_options}
@@ -42,6 +42,7 @@ def _tls(target: RedisTarget) -> dict[str, Any]:
 def connect(target: RedisTarget, max_connections: int, sentinel_password: str | None = None) -> Any:
     """A client for `target` whose pools hold at most `max_connections` per server. (Any: redis-py
     types every reply bytes | str, decided at runtime; Keel reads bytes.)"""
+    # Any: keyword arguments of redis-py's constructors
     common: dict[str, Any] = {"username": target.username, "password": target.password,
                               "socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
     if target.topology == "cluster":

@@ -31,7 +31,8 @@ from proxy.stores.queue import DeadJob, DeadLetters, Job
 
 SHARDS = 16  # fixed: a queue's shard is a function of its name, so this never changes under stored jobs
 LEGACY = "keel:{mq}:"  # the single shard of Keels before sharding: claimed from, never pushed to
-Runner = Callable[[Awaitable[Any]], Awaitable[Any]]  # the store's call wrapper (a connection slot, StoreError)
+# The store's call wrapper (a connection slot, StoreError). Any: whatever the wrapped call returns
+Runner = Callable[[Awaitable[Any]], Awaitable[Any]]
 
 
 def shard_prefix(shard: int) -> str:
@@ -128,8 +129,8 @@ return 1
 
 
 class RedisJobQueue:
+    # Any: redis-py types replies bytes | str by a runtime flag
     def __init__(self, redis: Any, run: Runner, dead_letters: DeadLetters) -> None:
-        # Any: redis-py types replies bytes | str by a runtime flag
         self.redis, self.run = redis, run
         self.dead_ttl_ms = int(dead_letters.ttl * 1000)
         self.dead_kept = math.ceil(dead_letters.kept / SHARDS)  # per shard
