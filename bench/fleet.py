@@ -73,6 +73,7 @@ backend keels
 
 
 def redis_totals(ports: list[int]) -> dict[str, float]:
+    """INFO's counters summed over `ports`, each command's calls and microseconds too (cmd:NAME, us:NAME)."""
     total = {"cpu": 0.0, "commands": 0.0, "bytes_in": 0.0, "bytes_out": 0.0}
     for port in ports:
         client = redis.Redis(port=port)
@@ -81,6 +82,10 @@ def redis_totals(ports: list[int]) -> dict[str, float]:
         total["commands"] += stats["total_commands_processed"]
         total["bytes_in"] += stats["total_net_input_bytes"]
         total["bytes_out"] += stats["total_net_output_bytes"]
+        for name, row in client.info("commandstats").items():
+            command = name.removeprefix("cmdstat_")
+            total["cmd:" + command] = total.get("cmd:" + command, 0.0) + row["calls"]
+            total["us:" + command] = total.get("us:" + command, 0.0) + row["usec"]
         client.close()
     return total
 
@@ -143,7 +148,10 @@ def run(store: str, keels: int, seconds: float, concurrency: int) -> list[Any]:
             keel.stop()
         standin.stop()
         servers.stop() if store == "cluster" else servers.remove()
-    per = {k: (after[k] - before[k]) / calls for k in after}
+    per = {k: (after[k] - before.get(k, 0.0)) / calls for k in after}
+    busiest = sorted((k[3:] for k in per if k.startswith("us:")), key=lambda c: -per["us:" + c])[:5]
+    print(f"{store}: per call, the costliest commands: " + ", ".join(
+        f"{c} {per['cmd:' + c]:.1f}x {per['us:' + c]:.0f} µs" for c in busiest), file=sys.stderr)
     return [store, keels, calls, f"{calls / elapsed:,.0f}", f"{per['cpu'] * 1e6:,.0f}", f"{per['commands']:.1f}",
             f"{per['bytes_in']:,.0f}", f"{per['bytes_out']:,.0f}", f"{1 / per['cpu']:,.0f}" if per["cpu"] else "-"]
 

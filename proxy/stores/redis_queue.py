@@ -12,8 +12,9 @@ one slot carrying them all:
 
 Every state change is one script on one shard, so two replicas never lease one queue, and a
 worker whose lease has passed can no longer complete, retry or bury the job (another worker owns
-it now). A claim looks through the shards from where this process's last claim stopped, so every
-shard is polled in turn (no shard's users wait behind another's). Jobs queued by a Keel before
+it now). A claim first looks which shards have a ready queue (one pipelined read), then claims
+from them starting where this process's last claim stopped, so every shard is served in turn (no
+shard's users wait behind another's). Jobs queued by a Keel before
 the sharding (`keel:{mq}:`) are still claimed, from a shard of their own.
 """
 
@@ -146,10 +147,24 @@ class RedisJobQueue:
     async def push(self, queue: str, job_id: str, payload: bytes) -> None:
         await self._script("push", prefix_of(queue), queue, job_id, payload, time.time())
 
+    async def _ready(self, now: float) -> list[bool]:
+        """Which shards have a queue ready now: one pipelined look (a round trip per server), so a
+        claim runs its script only where there is work, and an idle look costs no script."""
+        async def look() -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for prefix in PREFIXES:
+                    pipe.zrangebyscore(prefix + "ready", "-inf", now, start=0, num=1)
+                return list(await pipe.execute())
+
+        return [bool(found) for found in await self.run(look())]
+
     async def claim(self, owner: str, lease: float) -> Job | None:
         start = self._cursor
+        ready = await self._ready(time.time())
         for step in range(len(PREFIXES)):
             at = (start + step) % len(PREFIXES)
+            if not ready[at]:
+                continue
             found = await self._script("claim", PREFIXES[at], time.time(), owner, int(lease * 1000))
             if found:
                 self._cursor = (at + 1) % len(PREFIXES)  # the next claim starts at the next shard
