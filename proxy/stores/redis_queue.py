@@ -150,7 +150,7 @@ class RedisJobQueue:
     async def _ready(self, now: float) -> list[bool]:
         """Which shards have a queue ready now: one pipelined look (a round trip per server), so a
         claim runs its script only where there is work, and an idle look costs no script."""
-        async def look() -> list[Any]:
+        async def look() -> list[Any]:  # Any: redis-py's replies, bytes | str by a runtime flag
             async with self.redis.pipeline(transaction=False) as pipe:
                 for prefix in PREFIXES:
                     pipe.zrangebyscore(prefix + "ready", "-inf", now, start=0, num=1)
