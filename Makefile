@@ -6,7 +6,7 @@ TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/data/tiktoken)
 TEST_WORKERS ?= 2  # pytest-xdist processes (0: one process); each takes its own Redis db (tests/conftest.py)
 export TIKTOKEN_CACHE_DIR
 
-.PHONY: run demo test test-fast install dev bench lint clean
+.PHONY: run demo test test-fast install dev bench lint clean image
 
 $(BIN)/keel: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ test: dev
 test-fast: dev
 	$(BIN)/python -m pytest -q -p no:xdist tests/unit
 
+## the Docker image, tiktoken's encodings from $(TIKTOKEN_CACHE_DIR) in the build context (no download)
+image:
+	mkdir -p build/tiktoken
+	cp $(TIKTOKEN_CACHE_DIR)/fb374d419588a4632f3f557e76b4b70aebbca790 $(TIKTOKEN_CACHE_DIR)/9b5ad71b2ce5302211f9c61530b329a4922fc6a4 build/tiktoken/
+	docker build -t keel $(if $(EXTRAS),--build-arg EXTRAS=$(EXTRAS)) .
+
 bench: dev
 	$(BIN)/python bench/overhead.py
 
@@ -45,4 +51,4 @@ lint: dev
 	$(BIN)/mypy proxy
 
 clean:
-	rm -rf $(VENV) .pytest_cache keel.db*
+	rm -rf $(VENV) .pytest_cache keel.db* build

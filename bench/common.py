@@ -43,8 +43,8 @@ def wait_ready(url: str, timeout: float = 20.0) -> None:
 class Proc:
     """A server subprocess; `cpu()` is its user+system CPU seconds so far (from /proc)."""
 
-    def __init__(self, args: list[str], ready_url: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "proxy", *args], cwd=ROOT,
+    def __init__(self, args: list[str], ready_url: str, root: Path | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "proxy", *args], cwd=root or ROOT,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_ready(ready_url)
 
@@ -67,16 +67,20 @@ def start_standin(rules: str = "openai") -> tuple[Proc, str]:
 
 
 def start_keel(upstream: str, tenant_extra: dict[str, Any] | None = None,
-               server: dict[str, Any] | None = None, kind: str = "openai") -> tuple[Proc, str, Path]:
+               server: dict[str, Any] | None = None, kind: str = "openai", store: str | None = None,
+               root: Path | None = None) -> tuple[Proc, str, Path]:
+    """Keel on a free port (`store`: its URL, default a SQLite file in a temporary directory;
+    `root`: run the proxy package of another checkout)."""
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
     tenant: dict[str, Any] = {"id": "bench", "auth": {"keys": [f"sha256:{hashlib.sha256(KEY.encode()).hexdigest()}"]},
                               "upstream": {"base_url": upstream + "/v1", "kind": kind}}
     tenant.update(tenant_extra or {})
-    config = {"server": {"port": port, **(server or {})}, "store": {"url": f"sqlite:///{tmp}/keel.db"}, "tenants": [tenant]}
+    config = {"server": {"port": port, **(server or {})}, "store": {"url": store or f"sqlite:///{tmp}/keel.db"},
+              "tenants": [tenant]}
     (tmp / "keel.yaml").write_text(yaml.safe_dump(config))
     url = f"http://127.0.0.1:{port}"
-    return Proc(["serve", "--config", str(tmp / "keel.yaml")], url + "/healthz"), url, tmp
+    return Proc(["serve", "--config", str(tmp / "keel.yaml")], url + "/healthz", root), url, tmp
 
 
 def catalog_tools(name: str = "all_tools.json") -> list[dict[str, Any]]:

@@ -123,19 +123,20 @@ class Keel:
         self.upstream = upstream
         self.metrics = Metrics()
         # One breaker for the store; the request path waits `budget_ms`, background work longer.
-        breaker = Breaker(on_change=lambda up: self.metrics.store_up.set(1 if up else 0))
+        breaker = Breaker(on_change=self._breaker_changed)
         self.store = GuardedStore(store, config.store.budget_ms / 1000, breaker)
         background = GuardedStore(store, BACKGROUND_STORE_BUDGET, breaker)
         self.metrics.store_up.set(1)
         self.monitor = HealthMonitor(self.store, self.metrics)  # /healthz reads it, never the store
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
-        self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background)
+        self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background,
+                                           config.store.blob_ttl_seconds)
         self.owners = Owners(self.store, background)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.ledger = Ledger(background, config.savings)  # written after the turn, off the request path
         self.meter = Meter(self.ledger, self.tokens)
-        jobs = MemoryJobs(background, background.job_queue())
+        jobs = MemoryJobs(background, background.job_queue(), config.store.job_marker_ttl_seconds)
         self.memory_worker = MemoryWorker(config, self.memory_book, jobs, upstream, self.metrics, memory_gate,
                                           self.ledger)
         # After the upstream accepts a turn: its job queued (the turn waits `budget_ms` at most), else spooled.
@@ -155,6 +156,10 @@ class Keel:
         self.entries = Entries(self.store, background)
         self.answers = ResponseCache(self.entries, CacheCounts(self.metrics.registry, self.ledger))
         self.embeddings = EmbeddingsCache(self.entries, self.answers, self.tokens)
+
+    def _breaker_changed(self, closed: bool) -> None:
+        self.metrics.store_up.set(1 if closed else 0)
+        self.metrics.breaker_open.set(0 if closed else 1)
 
     def default_planners(self) -> list[Planner]:
         """The stages in DESIGN.md's order; each does nothing for a tenant that has it off."""
@@ -442,7 +447,7 @@ def create_app(
     function of the default list), the tool ranker and the memory gate for every tenant."""
     keel = Keel(
         config,
-        store if store is not None else open_store(config.store.url),
+        store if store is not None else open_store(config.store),
         upstream if upstream is not None else create_upstream(config.server),
         planners, ranker, memory_gate, stage_deadline,
     )

@@ -9,9 +9,10 @@ scoped (a tenant, and a passthrough caller's credential): only a request that ca
 bytes under the same scope can name a blob, so sharing one leaks nothing.
 
 Content never changes under its ref, so what was read is kept in memory (bounded by bytes) and a
-blob is written at most once per conversation TTL by each process, with twice that TTL: a blob
-outlives every record that refers to it (a record lives one TTL past its last write; the blob,
-at least one TTL past its last use). A blob gone anyway (the store was emptied) is a miss: the
+blob is written with `blob_ttl` (`store.blob_ttl_seconds`, longer than the records' `ttl`), again
+by each process that uses it once `blob_ttl - ttl` has passed since it last did: a blob outlives
+every record that refers to it (a record lives `ttl` past its last write; the blob at least that
+long past its last use). A blob gone anyway (the store was emptied) is a miss: the
 caller re-anchors, a cache miss, never a wrong prompt.
 """
 
@@ -76,9 +77,12 @@ def pieces(data: bytes) -> list[bytes]:
 
 
 class Blobs:
-    def __init__(self, store: Store, ttl_seconds: float, cache_bytes: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, store: Store, ttl_seconds: float, cache_bytes: int = 32 * 1024 * 1024,
+                 blob_ttl: float | None = None) -> None:
         self.store = store
-        self.ttl = ttl_seconds
+        self.blob_ttl = blob_ttl if blob_ttl is not None else 2 * ttl_seconds
+        assert self.blob_ttl > ttl_seconds, "a blob must outlive the records that refer to it"
+        self.rewrite_after = self.blob_ttl - ttl_seconds
         self._cache_bytes = cache_bytes
         self._bytes = 0
         self._values: OrderedDict[tuple[str, str], tuple[Json, int]] = OrderedDict()  # read or written, parsed
@@ -90,15 +94,15 @@ class Blobs:
         return key(hashlib.blake2b(scope.encode(), digest_size=12).hexdigest(), "blob", ref)
 
     def _fresh(self, at: tuple[str, str]) -> bool:
-        """Did this process write it within one TTL?"""
+        """Did this process write it recently enough that it outlives any record written now?"""
         written = self._written.get(at)
-        return written is not None and time.monotonic() - written < self.ttl
+        return written is not None and time.monotonic() - written < self.rewrite_after
 
     async def _write(self, scope: str, ref: str, stored: bytes) -> None:
         at = (scope, ref)
         if self._fresh(at):
             return
-        await self.store.set(self._key(scope, ref), stored, 2 * self.ttl)
+        await self.store.set(self._key(scope, ref), stored, self.blob_ttl)
         self._written[at] = time.monotonic()
         self._written.move_to_end(at)
         while len(self._written) > 65536:

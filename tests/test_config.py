@@ -156,16 +156,17 @@ def test_check_config_cli(tmp_path: Path) -> None:
 
 
 def test_deploy_configs_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compose file's config and the Kubernetes ConfigMap's config are valid."""
+    """The compose file's config and each Kubernetes form's ConfigMap config are valid."""
     load_config(ROOT / "deploy" / "keel.compose.yaml")
-    docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "keel-sidecar.yaml").read_text()))
-    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
-    config = parse_config(yaml.safe_load(config_map["data"]["keel.yaml"]), "configmap")
-    assert config.server.host == "0.0.0.0"
-    deployment = next(d for d in docs if d["kind"] == "Deployment")
-    keel = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "keel")
-    assert keel["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert keel["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for form in ("gateway/keel.yaml", "sidecar/keel-sidecar.yaml"):
+        docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / form).read_text()))
+        config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+        config = parse_config(yaml.safe_load(config_map["data"]["keel.yaml"]), "configmap")
+        assert config.store.url.startswith("redis://keel-redis:")
+        deployment = next(d for d in docs if d["kind"] == "Deployment")
+        keel = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "keel")
+        assert keel["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert keel["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def test_models_table_prices_and_endpoints() -> None:

@@ -1,4 +1,5 @@
-"""One contract for every JobQueue: SQLite (a real file) and Redis (the real server)."""
+"""One contract for every JobQueue: SQLite (a real file), and Redis, Valkey, a Redis Cluster and a
+Sentinel-managed Redis (real servers: tests/redis_servers.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import redis_or_skip
+from conftest import STORES, open_test_store, store_url
 
-from proxy.stores.queue import JobQueue
-from proxy.stores.sqlite import SqliteStore
+from proxy.stores.queue import DeadLetters, JobQueue
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=STORES)
 async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobQueue]:
-    store = SqliteStore(str(tmp_path / "keel.db")) if request.param == "sqlite" else await redis_or_skip()
+    store = open_test_store(store_url(request, request.param, tmp_path))
     yield store.job_queue()
     await store.close()
 
@@ -119,3 +119,28 @@ async def test_pushing_an_id_again_adds_nothing(queue: JobQueue) -> None:
     await queue.push("q", "j1", b"when dead")
     assert await queue.pending() == 0 and await queue.claim("w", 30) is None
     assert [d.payload for d in await queue.dead("q")] == [b"first"]
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_dead_letters_expire_and_are_capped(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A buried job is kept for the dead letters' TTL; past the cap the oldest go first; a job that
+    waits is never dropped by either."""
+    store = open_test_store(store_url(request, kind, tmp_path), DeadLetters(ttl=0.4, kept=3))
+    queue = store.job_queue()
+    try:
+        for i in range(5):
+            await queue.push("t/u", f"d{i}", b"x")
+        await queue.push("t/waiting", "w0", b"keep me")
+        for i in range(5):
+            job = await queue.claim("w", 30)
+            while job is not None and job.queue != "t/u":  # leave the waiting user's job alone
+                job = await queue.claim("w", 30)
+            assert job is not None and job.id == f"d{i}"
+            assert await queue.bury(job, "w", "bad")
+        dead = [d.id for d in await queue.dead("t/")]
+        assert 1 <= len(dead) <= 3 and dead[-1] == "d4" and "d0" not in dead, dead
+        await asyncio.sleep(0.5)
+        assert await queue.dead("t/") == []
+        assert await queue.pending() == 1, "the waiting job is still there"
+    finally:
+        await store.close()

@@ -1,4 +1,5 @@
-"""One contract for every Store: SQLite (a real file) and Redis (the real server)."""
+"""One contract for every Store: SQLite (a real file), and Redis, Valkey, a Redis Cluster and a
+Sentinel-managed Redis (real servers: tests/redis_servers.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import redis_or_skip
+from conftest import STORES, open_test_store, store_url
 
 from proxy.stores import Store, key
 from proxy.stores.redis import RedisStore
 from proxy.stores.sqlite import SqliteStore
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = SqliteStore(str(tmp_path / "keel.db")) if request.param == "sqlite" else await redis_or_skip()
+    s: Store = open_test_store(store_url(request, request.param, tmp_path))
     yield s
     await s.close()
 
@@ -81,6 +82,19 @@ async def test_hashes(store: Store) -> None:
     assert await store.hdel("h", "a") is True
     assert await store.hdel("h", "a") is False
     assert await store.hget("h", "missing") is None
+
+
+async def test_a_hash_with_a_ttl_expires_whole(store: Store) -> None:
+    """Each write with a TTL renews the whole hash's; without one a hash stays (memories)."""
+    await store.hset("brief", "a", b"1", ttl=0.3)
+    await asyncio.sleep(0.2)
+    await store.hset("brief", "b", b"2", ttl=0.3)
+    await store.hset("kept", "a", b"1")
+    await asyncio.sleep(0.2)
+    assert await store.hgetall("brief") == {"a": b"1", "b": b"2"}, "the second write renewed it"
+    await asyncio.sleep(0.2)
+    assert await store.hgetall("brief") == {} and await store.hget("brief", "a") is None
+    assert await store.hgetall("kept") == {"a": b"1"}
 
 
 async def test_counters(store: Store) -> None:

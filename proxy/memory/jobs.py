@@ -22,7 +22,7 @@ from proxy.jsontext import JsonObject
 from proxy.stores import Store, key
 from proxy.stores.queue import DeadJob, Job, JobQueue
 
-JUDGED_TTL = 90 * 24 * 3600
+JUDGED_TTL = 30 * 24 * 3600  # `store.job_marker_ttl_seconds`'s default
 FINISHED = b"finished"
 
 
@@ -68,19 +68,21 @@ class MemoryJob:
 
 
 class MemoryJobs:
-    def __init__(self, store: Store, queue: JobQueue) -> None:
+    def __init__(self, store: Store, queue: JobQueue, marker_ttl: float = JUDGED_TTL) -> None:
         self.store = store
         self.queue = queue
+        self.marker_ttl = marker_ttl
 
     @staticmethod
     def _marker(chain_hash: str) -> str:
-        return key("memory-jobs", "judged", chain_hash)
+        # tagged by the message: markers spread over a cluster's slots (one tag for all was one hot slot)
+        return key(f"judged:{chain_hash}")
 
     async def enqueue(self, job: MemoryJob) -> bool:
         """Queue a job once per user message; False when another turn's job judges that message
         (a regeneration), or this one was finished already. Safe to call again after a failure."""
         judged, mine = self._marker(job.chain_hash), b"ticket:" + job.ticket.encode()
-        if not await self.store.set_if_absent(judged, mine, JUDGED_TTL) and await self.store.get(judged) != mine:
+        if not await self.store.set_if_absent(judged, mine, self.marker_ttl) and await self.store.get(judged) != mine:
             return False
         await self.queue.push(job.queue, job.chain_hash, job.to_bytes())
         return True
@@ -88,7 +90,7 @@ class MemoryJobs:
     async def finished(self, job: MemoryJob) -> None:
         """Mark the message judged for good before its job leaves the queue: the same ask
         offered again (a replayed spool) is not queued again."""
-        await self.store.set(self._marker(job.chain_hash), FINISHED, JUDGED_TTL)
+        await self.store.set(self._marker(job.chain_hash), FINISHED, self.marker_ttl)
 
     async def dead(self, tenant: str, limit: int = 100) -> list[DeadJob]:
         return await self.queue.dead(f"{tenant}/", limit)

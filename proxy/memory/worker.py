@@ -72,6 +72,8 @@ class MemoryWorker:
         self.lease = config.store.job_lease_seconds
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wake = asyncio.Event()
+        self._empty_at = -POLL_SECONDS  # when a claim last found nothing (monotonic)
+        self._looking = False  # a loop is claiming now
         longest = max((t.memory.jobs.timeout_seconds for t in config.tenants if t.memory.enabled), default=0.0)
         self.loops = LoopSupervisor("memory", self._loop, CONCURRENCY, metrics, longest + STALL_MARGIN)
 
@@ -96,19 +98,33 @@ class MemoryWorker:
         return self.loops.status()
 
     async def _loop(self, beat: Beat) -> None:
-        """Claim and run jobs, forever: no error ends it (the supervisor restarts it if one does)."""
+        """Claim and run jobs, forever: no error ends it (the supervisor restarts it if one does).
+        An idle process looks once per POLL_SECONDS, not once per loop: after one loop found
+        nothing, the others wait for a wake (a job queued here) or the next poll (one claim looks
+        through every shard of a sharded queue, so idle polls are what a fleet pays for)."""
         while True:
             beat()
+            idle = self._looking or time.monotonic() - self._empty_at < POLL_SECONDS * 0.9
+            if idle and not self._wake.is_set():  # another loop looks, or just found nothing
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
+                continue
             self._wake.clear()  # before looking: a job queued while we look wakes the wait below
+            self._looking = True
             try:
                 job = await self.jobs.queue.claim(self.owner, self.lease)
             except Exception as exc:  # the store is down: try again after a pause
                 log.warning("memory_claim_failed", extra={"error": repr(exc)})
                 job = None
+            finally:
+                self._looking = False
             if job is None:
+                self._empty_at = time.monotonic()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
                 continue
+            self._empty_at = -POLL_SECONDS  # there was work: there may be more, so another loop looks too
+            self._wake.set()
             beat()
             try:
                 await self.run(job)

@@ -6,7 +6,8 @@ Per tenant (keys hash-tagged `savings:<tenant>`):
                       tool_search rounds, first-shot calls, gate decisions, memory-gate outcomes)
     conv:<conversation>  the conversation's counters (turns, input tokens, dollars both ways)
     top:<YYYYMMDD>    the day's `TOP_KEPT` costliest conversations (a small JSON object)
-    t:<conversation>  the conversation's turns (`TurnFacts`), the first `conversation_turns` kept
+    t:<conversation>  the conversation's turns (`TurnFacts`), the first `conversation_turns` kept, for
+                      `savings.detail_days` after its last turn
     memory            all-time memory-model runs and cost (the average a skipped run is priced at)
 
 Answers from Keel's own cache (`proxy.respcache`) count in the hourly figures too: hits, and the
@@ -17,7 +18,7 @@ as at its start, and the page's reads are bounded too (an hour's counters, a day
 the counters of the conversations in it): none grows with the day's traffic. The top list is
 read, changed and written back, so two replicas writing at once may each keep the other's
 change or not: it ranks, it does not account (the hourly counters do). Keys expire after
-`savings.retention_days`. A write that fails is logged and dropped: figures are bookkeeping,
+`savings.retention_days` (a conversation's turns after `detail_days`). A write that fails is logged and dropped: figures are bookkeeping,
 never a reason to fail or slow a turn.
 """
 
@@ -53,6 +54,7 @@ class Ledger:
         self.store = store
         self.config = config
         self.ttl = config.retention_days * DAY
+        self.detail_ttl = config.detail_days * DAY
         self._tasks: set[asyncio.Task[None]] = set()
         self._full: set[str] = set()  # conversations whose turn list reached its cap (this process knows)
 
@@ -91,7 +93,7 @@ class Ledger:
         await self._rank(tenant, day_of(facts.at), conversation, total.get("usd_keel", 0.0))
         turns = self._key(tenant, "t", conversation)
         if turns not in self._full:
-            count = await self.store.append(turns, facts.to_bytes(), self.ttl)
+            count = await self.store.append(turns, facts.to_bytes(), self.detail_ttl)
             if count >= self.config.conversation_turns:
                 self._full.add(turns)
 

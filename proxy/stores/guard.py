@@ -105,8 +105,8 @@ class GuardedStore:
     async def get_list(self, key: str) -> list[bytes]:
         return await self._call(lambda: self.inner.get_list(key))
 
-    async def hset(self, key: str, field: str, value: bytes) -> None:
-        await self._call(lambda: self.inner.hset(key, field, value))
+    async def hset(self, key: str, field: str, value: bytes, ttl: float | None = None) -> None:
+        await self._call(lambda: self.inner.hset(key, field, value, ttl))
 
     async def hget(self, key: str, field: str) -> bytes | None:
         return await self._call(lambda: self.inner.hget(key, field))

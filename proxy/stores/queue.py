@@ -10,16 +10,28 @@ The guarantees of RQ/arq-style queues, scoped to what after-turn memory needs:
   dead letters with the reason and frees the queue. A job that keeps failing blocks only the
   jobs behind it in its own queue, and only until it is buried.
 
+- Dead letters are bounded: each expires `DeadLetters.ttl` after its burial, and past
+  `DeadLetters.kept` the oldest go first (a waiting or running job never expires).
+
 Two implementations share one contract suite (tests/test_queue_contract.py): SQLite (one
 transaction per claim, safe for several processes on one file) and Redis (Lua scripts over a
-ready set, per-queue lists and lease keys, all under one hash tag so Redis Cluster keeps them
-on one slot).
+ready set, per-queue lists and lease keys, in a fixed number of shards, each under its own hash
+tag: a Redis Cluster spreads the shards over its masters, and a user's queue stays on one slot).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """How long buried jobs are kept (`store.dead_letter_ttl_seconds`) and how many at most
+    (`store.dead_letters_max`)."""
+
+    ttl: float = 14 * 24 * 3600
+    kept: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -73,7 +85,7 @@ class JobQueue(Protocol):
         ...
 
     async def dead(self, queue_prefix: str = "", limit: int = 100) -> list[DeadJob]:
-        """Dead letters whose queue starts with `queue_prefix`, oldest first."""
+        """Dead letters whose queue starts with `queue_prefix`, oldest first (expired ones gone)."""
         ...
 
     async def pending(self) -> int:

@@ -10,6 +10,7 @@ table (the job queue's too) created again, so writes never vanish with an unlink
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,9 +19,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from proxy.stores import StoreError
-from proxy.stores.queue import JobQueue
+from proxy.stores.queue import DeadLetters, JobQueue
 from proxy.stores.sqlite_queue import SCHEMA as QUEUE_SCHEMA
-from proxy.stores.sqlite_queue import SqliteJobQueue
+from proxy.stores.sqlite_queue import SqliteJobQueue, migrate
 
 T = TypeVar("T")
 
@@ -29,7 +30,7 @@ CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, expire
 CREATE TABLE IF NOT EXISTS lists (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,
                                   value BLOB NOT NULL, expires REAL);
 CREATE INDEX IF NOT EXISTS lists_key ON lists (key, seq);
-CREATE TABLE IF NOT EXISTS hashes (key TEXT NOT NULL, field TEXT NOT NULL, value BLOB NOT NULL,
+CREATE TABLE IF NOT EXISTS hashes (key TEXT NOT NULL, field TEXT NOT NULL, value BLOB NOT NULL, expires REAL,
                                    PRIMARY KEY (key, field));
 CREATE TABLE IF NOT EXISTS counters (key TEXT NOT NULL, field TEXT NOT NULL, value REAL NOT NULL, expires REAL,
                                      PRIMARY KEY (key, field));
@@ -37,8 +38,9 @@ CREATE TABLE IF NOT EXISTS counters (key TEXT NOT NULL, field TEXT NOT NULL, val
 
 
 class SqliteStore:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, dead_letters: DeadLetters | None = None) -> None:
         self.path = path
+        self.dead_letters = dead_letters or DeadLetters()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keel-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None  # the file the connection has open
@@ -52,6 +54,10 @@ class SqliteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA + QUEUE_SCHEMA)
+            migrate(conn)
+            if "expires" not in {row[1] for row in conn.execute("PRAGMA table_info(hashes)")}:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                    conn.execute("ALTER TABLE hashes ADD COLUMN expires REAL")  # written by an older Keel
             self._conn = conn
             self._inode = self._file_inode()
         return self._conn
@@ -96,6 +102,7 @@ class SqliteStore:
         conn.execute("DELETE FROM kv WHERE expires IS NOT NULL AND expires <= ?", (now,))
         conn.execute("DELETE FROM lists WHERE expires IS NOT NULL AND expires <= ?", (now,))
         conn.execute("DELETE FROM counters WHERE expires IS NOT NULL AND expires <= ?", (now,))
+        conn.execute("DELETE FROM hashes WHERE expires IS NOT NULL AND expires <= ?", (now,))
 
     @staticmethod
     def _expiry(ttl: float | None) -> float | None:
@@ -182,21 +189,37 @@ class SqliteStore:
 
         return await self._run(fn)
 
-    async def hset(self, key: str, field: str, value: bytes) -> None:
-        await self._run(
-            lambda c: c.execute("INSERT OR REPLACE INTO hashes (key, field, value) VALUES (?, ?, ?)", (key, field, value))
-        )
+    async def hset(self, key: str, field: str, value: bytes, ttl: float | None = None) -> None:
+        expires = self._expiry(ttl)
+
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM hashes WHERE key = ? AND expires IS NOT NULL AND expires <= ?",
+                             (key, time.time()))
+                conn.execute("INSERT OR REPLACE INTO hashes (key, field, value, expires) VALUES (?, ?, ?, ?)",
+                             (key, field, value, expires))
+                if expires is not None:
+                    conn.execute("UPDATE hashes SET expires = ? WHERE key = ?", (expires, key))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run(fn)
 
     async def hget(self, key: str, field: str) -> bytes | None:
         def fn(conn: sqlite3.Connection) -> bytes | None:
-            row = conn.execute("SELECT value FROM hashes WHERE key = ? AND field = ?", (key, field)).fetchone()
+            row = conn.execute("SELECT value FROM hashes WHERE key = ? AND field = ? AND (expires IS NULL OR "
+                               "expires > ?)", (key, field, time.time())).fetchone()
             return row[0] if row else None
 
         return await self._run(fn)
 
     async def hgetall(self, key: str) -> dict[str, bytes]:
         def fn(conn: sqlite3.Connection) -> dict[str, bytes]:
-            return dict(conn.execute("SELECT field, value FROM hashes WHERE key = ? ORDER BY field", (key,)))
+            return dict(conn.execute("SELECT field, value FROM hashes WHERE key = ? AND (expires IS NULL OR "
+                                     "expires > ?) ORDER BY field", (key, time.time())))
 
         return await self._run(fn)
 
@@ -258,7 +281,7 @@ class SqliteStore:
             return False
 
     def job_queue(self) -> JobQueue:
-        return SqliteJobQueue(self._run)
+        return SqliteJobQueue(self._run, self.dead_letters)
 
     async def close(self) -> None:
         def fn() -> None:

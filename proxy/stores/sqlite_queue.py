@@ -1,8 +1,9 @@
 """The job queue on SQLite: two tables, one IMMEDIATE transaction per state change.
 
 `queues` holds one row per queue with work (when it is next ready, who leases it until
-when); `jobs` holds the jobs in arrival order (`seq`), pending or dead. Every change runs in
-a write transaction, so several processes sharing the file never both lease a queue.
+when); `jobs` holds the jobs in arrival order (`seq`), pending or dead (`died_at`: when it was
+buried, so dead letters expire). Every change runs in a write transaction, so several processes
+sharing the file never both lease a queue.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from proxy.stores.queue import DeadJob, Job
+from proxy.stores.queue import DeadJob, DeadLetters, Job
 
 T = TypeVar("T")
 # How the store runs a function on its connection, on its own thread (`SqliteStore._run`).
@@ -29,6 +30,17 @@ CREATE TABLE IF NOT EXISTS queues (queue TEXT PRIMARY KEY, ready_at REAL NOT NUL
                                    lease_until REAL);
 CREATE INDEX IF NOT EXISTS queues_ready ON queues (ready_at);
 """
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Add what a file written by an older Keel lacks (dead letters' burial time)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "died_at" not in columns:
+        try:
+            conn.execute("ALTER TABLE jobs ADD COLUMN died_at REAL")
+        except sqlite3.OperationalError as exc:  # another process added it first
+            if "duplicate column" not in str(exc):
+                raise
 
 
 def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -58,8 +70,9 @@ def _release(conn: sqlite3.Connection, queue: str, delay: float = 0.0) -> None:
 
 
 class SqliteJobQueue:
-    def __init__(self, run: Runner) -> None:
+    def __init__(self, run: Runner, dead_letters: DeadLetters | None = None) -> None:
         self.run = run  # its connection has the tables (`SqliteStore` creates them with its own)
+        self.dead_letters = dead_letters or DeadLetters()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call(conn: sqlite3.Connection) -> T:
@@ -138,8 +151,12 @@ class SqliteJobQueue:
         def fn(conn: sqlite3.Connection) -> bool:
             if not _holds(conn, job, owner):
                 return False
-            conn.execute("UPDATE jobs SET dead = 1, attempts = attempts + 1, reason = ? WHERE id = ?",
-                         (reason, job.id))
+            now = time.time()
+            conn.execute("UPDATE jobs SET dead = 1, attempts = attempts + 1, reason = ?, died_at = ? WHERE id = ?",
+                         (reason, now, job.id))
+            conn.execute("DELETE FROM jobs WHERE dead = 1 AND (died_at <= ? OR seq NOT IN "
+                         "(SELECT seq FROM jobs WHERE dead = 1 ORDER BY seq DESC LIMIT ?))",
+                         (now - self.dead_letters.ttl, self.dead_letters.kept))
             _release(conn, job.queue)
             return True
 
@@ -148,8 +165,9 @@ class SqliteJobQueue:
     async def dead(self, queue_prefix: str = "", limit: int = 100) -> list[DeadJob]:
         def fn(conn: sqlite3.Connection) -> list[DeadJob]:
             rows = conn.execute("SELECT id, queue, payload, attempts, reason, enqueued_at FROM jobs WHERE dead = 1 "
-                                "AND substr(queue, 1, ?) = ? ORDER BY seq LIMIT ?",
-                                (len(queue_prefix), queue_prefix, limit)).fetchall()
+                                "AND COALESCE(died_at, 0) > ? AND substr(queue, 1, ?) = ? ORDER BY seq LIMIT ?",
+                                (time.time() - self.dead_letters.ttl, len(queue_prefix), queue_prefix,
+                                 limit)).fetchall()
             return [DeadJob(*row) for row in rows]
 
         return await self._run(fn)

@@ -90,7 +90,7 @@ class LearnedPhrases:
         raw = await self.store.hget(self._key(scope), tool)
         _, phrases = _entry(raw) if raw else (None, [])
         phrases = [*(p for p in phrases if p != phrase), phrase][-PHRASES_PER_TOOL:]
-        await self.store.hset(self._key(scope), tool, orjson.dumps({"at": time.time(), "phrases": phrases}))
+        await self.store.hset(self._key(scope), tool, orjson.dumps({"at": time.time(), "phrases": phrases}), self.ttl)
         for cached in [k for k in self._indexes if k[0] == scope]:
             del self._indexes[cached]  # seen on the next ranking in this process; other replicas within a minute
 
