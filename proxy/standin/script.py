@@ -128,7 +128,8 @@ def plan_answer(body: JsonObject) -> Script:
     if body.get("logprobs") and "<tools>" in newest and "<user_message>" in newest:  # asked to pick tools
         return pick(newest, base)
     if "set_memory" in offered:
-        return _with(base, tool_calls=memory_ops(messages, seed))
+        ops = memory_ops(messages, seed)
+        return _with(base, tool_calls=ops) if ops else _with(base, text="Nothing to keep.")
     if "words" in found and found["words"].isdigit():
         count = int(found["words"])
         return _with(base, text=" ".join(f"word{i}" for i in range(count)))
@@ -200,14 +201,20 @@ def pick(prompt: str, base: Script) -> Script:
     return replace(base, text=("yes" if yes else "no") + "\n" + (", ".join(picked) or "none"), logprobs=top)
 
 
+_KEEP = re.compile(r"\b(remember|forget|prefer|from now on|keep in mind|call me|my name|i live|i moved|note that)\b")
+
+
 def memory_ops(messages: list[JsonObject], seed: str) -> tuple[ToolCall, ...]:
-    """The stand-in as a memory model: store what the newest user message asks to keep."""
+    """The stand-in as a memory model: store what the newest user message asks to keep, and
+    nothing for a message that asks nothing of the kind (as a model told so would)."""
     users = [m for m in messages if m.get("role") == "user"]
     text = message_text(users[-1]) if users else ""
     lowered = text.lower()
     if re.search(r"\b(yes|sure|ok)\b", lowered) and len(lowered) < 40:  # confirming an offer: keep what was offered
         offer = next((message_text(m) for m in reversed(messages) if m.get("role") == "assistant"), "")
         text = offer
+    elif not _KEEP.search(lowered):
+        return ()
     key = next((k for w, k in (("prefer", "preference"), ("editor", "editor"), ("live", "location"),
                                ("moved", "location"), ("location", "location"), ("name", "name")) if w in text.lower()),
                "note")
