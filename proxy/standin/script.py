@@ -201,7 +201,8 @@ def pick(prompt: str, base: Script) -> Script:
     return replace(base, text=("yes" if yes else "no") + "\n" + (", ".join(picked) or "none"), logprobs=top)
 
 
-_KEEP = re.compile(r"\b(remember|forget|prefer|from now on|keep in mind|call me|my name|i live|i moved|note that)\b")
+_KEEP = re.compile(r"\b(remember|forget|prefer|from now on|keep in mind|call me|my name|i live|i moved|note that"
+                   r"|my (?:\w+ ){1,3}(?:is|are)|i am|i'm)\b")  # an ask to keep, or a fact about the user
 
 
 def memory_ops(messages: list[JsonObject], seed: str) -> tuple[ToolCall, ...]:
