@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Mapping, Sequence
 
 import orjson
@@ -29,6 +30,7 @@ from proxy.turn import Turn
 from proxy.usage import Usage
 
 log = logging.getLogger("keel.cache")
+_LAST_EVENT = re.compile(rb'"type": ?"(?:response\.(?:completed|failed|incomplete)|message_stop)"')
 MIN_CACHEABLE = 1024  # below this no provider caches anything: a miss is no news
 # Notes of a prefix Keel changed on purpose (the tool planner's): a miss they explain was planned.
 # Other notes (anchor_lost: the store lost state) explain a miss Keel did not want.
@@ -49,6 +51,7 @@ class CacheAccounting:
         self._answer = AnswerReader(request.codec.shape) if self.proofs is not None else None
         self._recording: asyncio.Task[None] | None = None
         self._finished = False
+        self.ended = False  # the stream's last event was read (see `watch`)
 
     def from_body(self, body: bytes) -> Mapping[str, str]:
         try:
@@ -68,10 +71,13 @@ class CacheAccounting:
 
     def watch(self, chunk: bytes) -> None:
         """Feed a streamed chunk; the usage seen is recorded by `finish`. A Messages stream
-        reports input in `message_start` and output in `message_delta`: merged."""
+        reports input in `message_start` and output in `message_delta`: merged. `ended` turns
+        true once the stream's last event has been read whole (its usage with it)."""
         if self._parser is None:
             self._parser = EventParser()
         for event in self._parser.feed(chunk):
+            if event.done or (event.data and _LAST_EVENT.search(event.data[:200])):
+                self.ended = True
             if self._answer is not None:
                 try:
                     self._answer.feed(event)

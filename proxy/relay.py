@@ -186,12 +186,12 @@ async def _stream(
                 plain = reader.plain(chunk)
                 if accounting is not None and plain:
                     accounting.watch(plain)
+                    if accounting.ended:  # the answer is whole: on record before its end goes out
+                        accounting.finish()
+                        await accounting.settled()
                 if is_sse and plain:
                     if stream_end is not None and not ended:
                         ended = bool(stream_end.search(tail[-64:] + plain))
-                        if ended and accounting is not None:  # the answer is whole: on record before its end goes out
-                            accounting.finish()
-                            await accounting.settled()
                     tail = (tail + plain)[-256:]
             yield chunk
         if reader is not None and not reader.readable:
