@@ -12,6 +12,7 @@ later a mark, the longer the prefix it writes for the next turn.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import orjson
@@ -40,15 +41,17 @@ def marks(body: JsonObject) -> Iterator[tuple[Path, JsonObject]]:
 
 
 def _marked(value: Json, path: Path) -> Iterator[tuple[Path, JsonObject]]:
+    """Every object under `value` that carries a mark, at any depth (a document's nested content,
+    a tool_result's blocks): the provider counts them all."""
     if isinstance(value, list):
         for i, item in enumerate(value):
             yield from _marked(item, (*path, i))
     elif isinstance(value, dict):
         if "cache_control" in value:
             yield path, value
-        content = value.get("content")
-        if isinstance(content, list):
-            yield from _marked(content, (*path, "content"))
+        for name, item in value.items():
+            if name != "cache_control" and isinstance(item, (dict, list)):
+                yield from _marked(item, (*path, name))
 
 
 def _signature(path: Path, value: JsonObject) -> bytes:
@@ -59,16 +62,24 @@ def _signature(path: Path, value: JsonObject) -> bytes:
 
 def within_budget(body: JsonObject, client: JsonObject, limit: int = MAX_BREAKPOINTS) -> JsonObject:
     """`body` with at most `limit` marks: the client's current ones first (`client`: its request
-    as sent), then the latest of the others. Unchanged (the same object) when within the limit."""
+    as sent; a block marked twice counts as the client's only as often as the client marks it),
+    then the latest of the others. Unchanged (the same object) when within the limit."""
     found = list(marks(body))
     if len(found) <= limit:
         return body
-    own = {_signature(path, value) for path, value in marks(client)}
-    keep = sum(1 for path, value in found if _signature(path, value) in own)
-    others = [path for path, value in found if _signature(path, value) not in own]
-    spare = max(0, limit - keep)
-    dropped = others[:len(others) - spare] if spare < len(others) else []
-    for path in dropped:
+    own = Counter(_signature(path, value) for path, value in marks(client))
+    mine: list[Path] = []
+    others: list[Path] = []
+    for path, value in reversed(found):  # the client's own marks are the latest of their kind
+        signature = _signature(path, value)
+        if own[signature] > 0:
+            own[signature] -= 1
+            mine.append(path)
+        else:
+            others.append(path)
+    others.reverse()
+    spare = max(0, limit - len(mine))
+    for path in others[:max(0, len(others) - spare)]:
         body = _unmarked(body, path)
     return body
 

@@ -19,6 +19,7 @@ identity"):
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 
@@ -35,10 +36,15 @@ MAX_ID_CHARS = 512
 
 
 def _text(value: Json) -> str | None:
+    """An id as text; a very long one by its digest (never cut: two ids alike for 512 characters
+    are still two)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (str, int)) and str(value) != "":
-        return str(value)[:MAX_ID_CHARS]
+        text = str(value)
+        if len(text) <= MAX_ID_CHARS:
+            return text
+        return "sha256:" + hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest()
     return None
 
 

@@ -88,3 +88,29 @@ def test_the_budget_keeps_the_clients_marks_then_the_latest_others() -> None:
     assert len(list(marks(body))) == 6, "the input was not changed in place"
     small = {"messages": [{"role": "user", "content": [mine]}]}
     assert within_budget(small, client_body) is small
+
+
+def test_a_block_marked_again_counts_as_the_clients_only_once() -> None:
+    """A frozen system block whose text equals a block the client marks now: the client's one
+    mark is its own, the frozen copy's is Keel's to drop (it was counted twice, and 5 went up)."""
+    same = {"type": "text", "text": "Rules.", "cache_control": CC}
+    body = {"system": [dict(same)], "messages": [
+        {"role": "user", "content": [{"type": "text", "text": t, "cache_control": CC} for t in ("a", "b", "c")]},
+        {"role": "user", "content": [dict(same)]}]}
+    client = {"system": [{"type": "text", "text": "Rules."}], "messages": body["messages"]}
+    out = within_budget(body, client)
+    assert [path for path, _ in marks(out)] == [("messages", 0, "content", i) for i in range(3)] + [
+        ("messages", 1, "content", 0)]
+
+
+def test_marks_nested_anywhere_count() -> None:
+    """A document's nested content blocks can carry marks too: they count toward the limit."""
+    doc = {"type": "document", "source": {"type": "content", "content": [
+        {"type": "text", "text": "p1", "cache_control": CC}, {"type": "text", "text": "p2", "cache_control": CC}]}}
+    body = {"messages": [{"role": "user", "content": [doc, {"type": "text", "text": "q", "cache_control": CC}]},
+                         {"role": "user", "content": [{"type": "text", "text": "k1", "cache_control": CC},
+                                                      {"type": "text", "text": "k2", "cache_control": CC}]}]}
+    client = {"messages": [body["messages"][0]]}
+    assert len(list(marks(body))) == 5
+    out = within_budget(body, client)
+    assert len(list(marks(out))) == 4 and len(list(marks(client))) == 3

@@ -55,3 +55,12 @@ def test_open_webui_users_of_one_key_never_meet(standin: ServerThread, start_kee
             headers={"authorization": f"Bearer {KEY}", "x-openwebui-user-id": user, "x-openwebui-chat-id": "chat-1"})
         assert reply.headers["x-keel-conversation"] == "chat-1"
     assert "zebra-tango" not in orjson.dumps(standin.app.state.standin.requests[-1]).decode()
+
+
+def test_long_ids_are_told_apart_not_cut() -> None:
+    """Two end users whose ids agree for 512 characters are two users."""
+    alice, bob = "u" * 600 + "alice", "u" * 600 + "bob"
+    assert end_user({}, {"user": alice}) != end_user({}, {"user": bob})
+    assert end_user({"x-keel-user": alice}, {}) != end_user({"x-keel-user": bob}, {})
+    assert conversation_id({}, {"metadata": {"conversation_id": alice}}) != conversation_id(
+        {}, {"metadata": {"conversation_id": bob}})
