@@ -45,28 +45,59 @@ def coding(response: UpstreamResponse) -> str:
 
 
 def is_encoded(response: UpstreamResponse) -> bool:
-    return coding(response) not in _IDENTITY
+    return bool(codings(coding(response)))
+
+
+def codings(value: str) -> list[str]:
+    """The codings a `Content-Encoding` value names, in the order they were applied (identity left out)."""
+    return [part.strip().lower() for part in value.split(",") if part.strip().lower() not in _IDENTITY]
 
 
 class Decoder:
-    """One reply's bytes, decoded a piece at a time; `feed` and `flush` raise `ReplyEncodingError`."""
+    """One reply's bytes, decoded a piece at a time, however many codings were applied (`gzip,
+    gzip` is two); `feed` and `flush` raise `ReplyEncodingError`, also for a body cut short."""
+
+    def __init__(self, value: str) -> None:
+        names = codings(value)
+        for name in names:
+            if name not in READABLE:
+                raise ReplyEncodingError(f"the upstream answered in a content coding Keel cannot read: {name!r}")
+        self._layers = [_Layer(name) for name in reversed(names)]  # the last applied comes off first
+
+    def feed(self, chunk: bytes) -> bytes:
+        for layer in self._layers:
+            chunk = layer.feed(chunk)
+        return chunk
+
+    def flush(self) -> bytes:
+        out = b""
+        for i, layer in enumerate(self._layers):
+            out = layer.feed(out) + layer.flush() if i else layer.flush()
+        return out
+
+
+class _Layer:
+    """One coding's inflater, bounded (a bomb is refused) and strict (a cut body is an error)."""
 
     def __init__(self, name: str) -> None:
-        name = name.strip().lower()
-        if name not in READABLE:
-            raise ReplyEncodingError(f"the upstream answered in a content coding Keel cannot read: {name!r}")
         self._gzip = name != "deflate"
         self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32 if self._gzip else zlib.MAX_WBITS)
         self._raw_deflate = False  # some servers send deflate without the zlib header
+        self._done = False  # a last member ended and what followed was not another: ignored
         self._seen = 0
         self._made = 0
 
     def feed(self, chunk: bytes) -> bytes:
+        if self._done or not chunk:
+            return b""
         self._seen += len(chunk)
         out = self._inflated(chunk)
-        while self._gzip and self._inflate.eof and self._inflate.unused_data:  # another gzip member follows
+        while self._gzip and self._inflate.eof and self._inflate.unused_data:
             rest = self._inflate.unused_data
-            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)
+            if not rest.startswith(b"\x1f\x8b"):  # trailing bytes that are no gzip member: not the body
+                self._done = True
+                break
+            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # another gzip member follows
             out += self._inflated(rest)
         return out
 
@@ -88,6 +119,8 @@ class Decoder:
     def flush(self) -> bytes:
         out = self._inflate.flush()
         self._made += len(out)
+        if self._seen and not self._done and not self._inflate.eof:
+            raise ReplyEncodingError("the upstream's compressed reply was cut short")
         return out
 
     def _room(self) -> int:

@@ -164,3 +164,32 @@ def test_deflate_with_and_without_its_header_and_gzip_members() -> None:
     assert b"".join(decoder.feed(packed[i:i + 3]) for i in range(0, len(packed), 3)) + decoder.flush() == text
     with pytest.raises(ReplyEncodingError, match="br"):
         Decoder("br")
+
+
+def test_every_coding_applied_comes_off_and_a_cut_body_is_an_error() -> None:
+    """`gzip, gzip` (compressed twice), identity beside gzip, bytes after the last member that are
+    no member, an empty body: read as meant. A body cut short is an error, never a shorter answer."""
+    text = b'{"choices": [{"message": {"content": "whole"}}]}'
+    twice = gzip.compress(gzip.compress(text))
+    assert decode_all(twice, "gzip, gzip") == text
+    assert decode_all(gzip.compress(text), "identity, gzip") == text == decode_all(gzip.compress(text), "gzip, identity")
+    assert decode_all(zlib.compress(gzip.compress(text)), "gzip, deflate") == text
+    assert decode_all(gzip.compress(text) + b"\r\n", "gzip") == text
+    assert decode_all(b"", "gzip") == b""
+    with pytest.raises(ReplyEncodingError, match="cut short"):
+        decode_all(gzip.compress(text)[:-9], "gzip")
+
+
+def test_a_cut_gzip_answer_never_reaches_the_client_as_a_shorter_one(
+        start_keel: Callable[..., ServerThread]) -> None:
+    """A provider's gzipped answer cut short while Keel must read it (a deferred catalog): a 502
+    in the shape, not a 200 with part of the answer (or Keel's own tool_search call) in it."""
+    whole = gzip.compress(b'{"id":"c","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",'
+                          b'"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1",'
+                          b'"type":"function","function":{"name":"tool_search","arguments":"{}"}}]}}]}')
+    recorder = Recorder(chunks=[whole[:-12]])
+    with ServerThread(_labelled(recorder, [(b"content-encoding", b"gzip")])) as upstream:
+        keel = start_keel(keel_config(tenant(upstream.url + "/v1", **ON)))
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"},
+                           json={"model": "m", "tools": small_catalog(), "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.status_code == 502 and "tool_search" not in reply.text
