@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from proxy.accounting import CacheAccounting
+from proxy.callers import ProvenCallers
 from proxy.codecs import Codec
 from proxy.codecs.chat import ChatCodec
 from proxy.codecs.messages import MessagesCodec
@@ -132,6 +133,7 @@ class Keel:
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background,
                                            config.store.blob_ttl_seconds)
         self.owners = Owners(self.store, background)
+        self.callers = ProvenCallers(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
         self.ledger = Ledger(background, config.savings)  # written after the turn, off the request path
@@ -305,7 +307,10 @@ class Keel:
             log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
         trace = Trace()
         TRACE.set(trace)  # this request's task only: the rankers report their scores to it
-        planned = await self.pipeline.run(parsed)
+        unproven = tenant.auth.passthrough and not await self.callers.known(tenant.id, parsed.scope)
+        if unproven:  # a key the provider has not accepted yet: planned from the request alone, nothing stored
+            send = self._proving(send, tenant.id, parsed.scope)
+        planned = await self.pipeline.run(parsed, stateless=unproven)
         trace.planning = False
         send = self._accepting(send, planned)
         content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
@@ -324,6 +329,18 @@ class Keel:
         end = codec.stream_end if parsed.stream else None
         return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
                                         codec.shape, end)
+
+    def _proving(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]], tenant: str,
+                 scope: str) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:
+        """`send`, remembering the passthrough caller's credential once the provider accepts it."""
+
+        async def proving(content: bytes | None) -> UpstreamResponse:
+            response = await send(content)
+            if 200 <= response.status < 300:
+                await self.callers.prove(tenant, scope)
+            return response
+
+        return proving
 
     def _accepting(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
                    planned: Turn) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:

@@ -99,10 +99,14 @@ class Pipeline:
                                                  for p in self.planners)
         return found
 
-    async def run(self, request: Turn) -> Turn:
+    async def run(self, request: Turn, stateless: bool = False) -> Turn:
+        """Plan the turn; `stateless`: with nothing read or written to the store (a caller Keel
+        stores nothing for yet), only the planners that plan from the request alone."""
         active = [p for p in self.planners if p.applies(request)]
         if not active or not request.plannable:
             return request
+        if stateless:
+            return await self._afresh(active, request)
         located = None
         if self.store_healthy():
             located = await self.guard("locate", request, self._locate(request))

@@ -199,6 +199,8 @@ def test_another_callers_copy_of_an_answer_proves_nothing(standin: ServerThread,
         "provider key": ({"authorization": "Bearer sk-provider-alice", "x-keel-tenant": "byo"},
                          {"authorization": "Bearer sk-provider-bob", "x-keel-tenant": "byo"}),
     }[bob_differs_by]
+    for headers in (alice_headers, bob_headers):  # a provider key is planned in full once the provider took it
+        chat(keel, "Warm up.", [{"role": "user", "content": "hi"}], headers)
     alice: list[dict[str, Any]] = [{"role": "user", "content": "hello [[ramble 40]]"}]
     chat(keel, "Alice's prompt.", alice, alice_headers)
     alice.append({"role": "user", "content": "[[words 3]]"})  # an answer that does not echo the update

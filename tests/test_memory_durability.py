@@ -333,3 +333,32 @@ async def test_an_ask_offered_again_is_queued_once(tmp_path: Path) -> None:
     assert await jobs.queue.complete(job, "w")
     assert not await jobs.enqueue(ask) and await jobs.queue.pending() == 0
     await store.close()
+
+
+def test_a_refused_provider_key_leaves_nothing_stored(standin: ServerThread, start_keel: Callable[..., ServerThread],
+                                                      tmp_path: Path) -> None:
+    """Requests a provider refuses (a bogus key of a passthrough tenant) store nothing: no anchor,
+    no record, no content; once the provider accepts a key, its turns are planned in full."""
+    import sqlite3
+
+    byo = {"id": "byo", "default": True, "auth": {"passthrough": True}, "upstream": {"base_url": standin.url + "/v1"},
+           "context": {"stable": True}, "tools": {"enabled": True}}
+    db = tmp_path / "k.db"
+    keel = start_keel(keel_config(byo, store={"url": f"sqlite:///{db}"}))
+    system = "\n\n".join(f"## Section {i}\n" + "policy text " * 200 for i in range(50))
+
+    def chat(key: str, text: str) -> httpx.Response:
+        return httpx.post(keel.url + "/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, json={
+            "model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": text}]})
+
+    def rows() -> int:
+        with sqlite3.connect(db) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM kv").fetchone()[0])
+
+    before = rows()
+    for n in range(5):
+        assert chat("sk-bogus", f"hello {n} [[error 401]]").status_code == 401
+    assert rows() == before, "a refused key stores nothing"
+    assert chat("sk-good", "hello").status_code == 200
+    assert chat("sk-good", "hello again").status_code == 200
+    assert rows() > before, "an accepted key's turns are planned and stored"
