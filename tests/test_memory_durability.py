@@ -244,7 +244,7 @@ def test_asks_of_a_stopped_keel_are_queued_by_the_next(standin: ServerThread, me
     first = start_keel(config, store=FaultyStore(SqliteStore(str(db)), "raise"))
     fact_and_correction(first, 3)
     first.__exit__()
-    assert spooled(spool) == 6 and not model.runs
+    assert spooled(spool) >= 6 and not model.runs  # an ask spooled twice at shutdown is queued once (ids)
     second = start_keel(config)
     assert eventually(lambda: corrected(second, 3), 30)
     assert set(model.runs.values()) == {1} and spooled(spool) == 0
