@@ -34,6 +34,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 
 from proxy import jsontext
+from proxy.background import Background
 from proxy.config import TenantConfig
 from proxy.encoding import Decoder, ReplyEncodingError, decode_all
 from proxy.errors import BadRequestError, ForbiddenError, NotFoundError, StoreUnavailableError
@@ -78,7 +79,7 @@ class Owners:
     def __init__(self, store: Store, background: Store) -> None:
         self.store = store
         self.background = background  # retries, with a longer budget
-        self._retries: set[asyncio.Task[None]] = set()
+        self.retries = Background("owner_retry_failed", log)  # owner records whose first write overran
 
     @staticmethod
     def _key(account: str, object_id: str) -> str:
@@ -143,14 +144,11 @@ class Owners:
                     continue
             log.error("owner_never_recorded", extra={"account": owner.account[:8]})  # the id stays closed
 
-        task = asyncio.get_running_loop().create_task(again())
-        self._retries.add(task)
-        task.add_done_callback(self._retries.discard)
+        self.retries.spawn(again())
 
     async def drain(self) -> None:
         """Wait for the retries in flight (shutdown, tests)."""
-        while self._retries:
-            await asyncio.gather(*list(self._retries), return_exceptions=True)
+        await self.retries.drain()
 
     async def watch(self, owner: Owner, response: Response, *, events: str | None = None,
                     items: bool = False) -> Response:

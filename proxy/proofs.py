@@ -37,8 +37,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proxy.background import Background
 from proxy.jsontext import Json, JsonObject
-from proxy.messages import tool_calls
+from proxy.messages import message_text, tool_calls
 from proxy.stores import Store, key
 
 log = logging.getLogger("keel.proofs")
@@ -62,16 +63,6 @@ class Fragment:
     strong: bool
 
 
-def _text(message: JsonObject) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p["text"] for p in content
-                       if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
-    return ""
-
-
 def random_id(call_id: str, name: str = "") -> bool:
     """Is this tool call id drawn at random (not a name, an index or a counter)?"""
     rest = _ID_PREFIX.sub("", call_id)
@@ -85,7 +76,7 @@ def fragments(message: JsonObject, sampled: bool = True) -> list[Fragment]:
     """The fragments of one assistant message (view form); `sampled`: the request that made it
     would not make it again (see the module docstring)."""
     out = []
-    text = _SPACE.sub(" ", _text(message)).strip()
+    text = _SPACE.sub(" ", message_text(message)).strip()
     if text:
         digest = hashlib.blake2b(b"text\0" + text.encode(errors="surrogatepass"), digest_size=16).hexdigest()
         out.append(Fragment(digest, sampled and len(text) >= MIN_SECRET_CHARS))
@@ -125,28 +116,16 @@ class Proofs:
     def __init__(self, store: Store, ttl_seconds: float) -> None:
         self.store = store
         self.ttl = ttl_seconds
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.background = Background("proof_not_recorded", log)
 
     def spawn(self, tenant: str, caller: str, namespace: str, relayed: Sequence[Fragment]) -> asyncio.Task[None]:
         """`record` in the background (a failure costs the next turn's proof, logged). The relay
         waits for it (`CacheAccounting.settled`, at most `RECORD_WAIT`) before the answer's last
         bytes, so a client's next request cannot overtake the record of the answer it holds."""
-
-        async def guarded() -> None:
-            try:
-                await self.record(tenant, caller, namespace, relayed)
-            except Exception as exc:
-                log.warning("proof_not_recorded", extra={"error": repr(exc)})
-
-        task = asyncio.get_running_loop().create_task(guarded())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self.background.spawn(self.record(tenant, caller, namespace, relayed))
 
     async def drain(self) -> None:
-        """Wait for the records in flight (shutdown, tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.background.drain()
 
     @staticmethod
     def _key(tenant: str, digest: str) -> str:

@@ -24,13 +24,13 @@ never a reason to fail or slow a turn.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable
 
 import orjson
 
+from proxy.background import Background
 from proxy.config import SavingsConfig
 from proxy.savings.facts import TurnFacts
 from proxy.stores import Store, key
@@ -55,7 +55,7 @@ class Ledger:
         self.config = config
         self.ttl = config.retention_days * DAY
         self.detail_ttl = config.detail_days * DAY
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.background = Background("savings_not_recorded", log)
         self._full: set[str] = set()  # conversations whose turn list reached its cap (this process knows)
 
     @staticmethod
@@ -67,21 +67,11 @@ class Ledger:
         if not self.config.enabled:
             work.close()
             return
-
-        async def guarded() -> None:
-            try:
-                await work
-            except Exception as exc:
-                log.warning("savings_not_recorded", extra={"error": repr(exc)})
-
-        task = asyncio.get_running_loop().create_task(guarded())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.background.spawn(work)
 
     async def drain(self) -> None:
         """Wait for the writes in flight (shutdown, tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.background.drain()
 
     async def write(self, facts: TurnFacts) -> None:
         tenant, conversation = facts.tenant, facts.conversation
