@@ -162,8 +162,8 @@ def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
     # A tenant no planner can act for: read to check, never written back (numbers unchecked).
     read_only = might_plan is not None and not might_plan(caller.tenant)
     try:
-        loads = jsontext.read if read_only else resent.loads if resent is not None else jsontext.loads
-        body = loads(raw)
+        whole = jsontext.read if read_only else jsontext.loads
+        body = resent.loads(raw, read_only) if resent is not None else whole(raw)
     except jsontext.UnreadableJsonError:  # valid, but too deep to plan: the client's bytes go upstream
         return Turn(caller.tenant, raw, {}, headers, rid, codec, scope=caller.scope, plannable=False)
     except ValueError as exc:

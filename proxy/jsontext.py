@@ -189,15 +189,17 @@ class Resent:
             at += 1
         return at if raw[at : at + 1] == b"[" else -1
 
-    def loads(self, raw: bytes) -> Json:
-        """`loads(raw)`, the member's value taken from memory when its text was seen before."""
+    def loads(self, raw: bytes, read_only: bool = False) -> Json:
+        """`loads(raw)` (`read(raw)` when `read_only`), the member's value taken from memory when
+        its text was seen before."""
+        parse = read if read_only else loads
         start = self._start(raw) if len(raw) >= self._min_bytes else -1
         if start < 0:
-            return loads(raw)
+            return parse(raw)
         for text in self._by_prefix.get(raw[start : start + self.PREFIX], ()):
             if raw.startswith(text, start):
                 try:
-                    body = loads(raw[:start] + self._marker + raw[start + len(text):])
+                    body = parse(raw[:start] + self._marker + raw[start + len(text):])
                 except ValueError:
                     break
                 if isinstance(body, dict) and body.get(self._member) == self._placeholder:
@@ -205,7 +207,7 @@ class Resent:
                     body[self._member] = self._known[text]
                     return body
                 break
-        body = loads(raw)
+        body = parse(raw)
         self._learn(raw, start, body)
         return body
 
