@@ -150,6 +150,24 @@ def _drop_nulls(value: Json) -> Json:
     return value
 
 
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _array_end(raw: bytes, start: int) -> int:
+    """Where the JSON array that opens at `start` ends (one past its `]`), else -1: strings
+    skipped whole, brackets counted (once per distinct array text, then it is remembered)."""
+    depth = 0
+    for token in _TOKEN.finditer(raw, start):
+        first = token.group()[:1]
+        if first in (b"[", b"{"):
+            depth += 1
+        elif first in (b"]", b"}"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return -1
+
+
 class Resent:
     """Values of one top-level member (`tools`) that clients resend byte for byte, parsed once.
 
@@ -216,9 +234,13 @@ class Resent:
         if not isinstance(value, list) or not value:
             return
         try:  # compact, as orjson writes it? (its first element tells, before the whole is written)
-            if not raw.startswith(b"[" + orjson.dumps(value[0]), start):
-                return
-            text = orjson.dumps(value)
+            if raw.startswith(b"[" + orjson.dumps(value[0]), start):
+                text = orjson.dumps(value)
+            else:  # written another way (spaced, indented): its own text, found once by its brackets
+                end = _array_end(raw, start)
+                text = raw[start:end] if end > start else b""
+                if not text or not faithful(text, value):
+                    return
         except (orjson.JSONEncodeError, TypeError):  # too deep, or a number kept as text: parsed each time
             return
         if len(text) < self._min_bytes or not raw.startswith(text, start) or text in self._known:

@@ -55,3 +55,20 @@ def test_spaced_json_is_read_correctly() -> None:
     resent, tools = jsontext.Resent(), catalog()
     raw = json.dumps({"model": "m", "messages": [], "tools": tools}).encode()
     assert resent.loads(raw) == resent.loads(raw) == json.loads(raw)
+
+
+def test_a_spaced_tools_array_resent_is_parsed_once() -> None:
+    """A client that indents its JSON resends its tools array byte for byte too: the second body
+    gets the remembered value (the same object), the rest read afresh."""
+    import json
+
+    from proxy.jsontext import Resent
+
+    tools = [{"type": "function", "function": {"name": f"t{i}", "description": "d ] } \" [" * 20,
+                                               "parameters": {"type": "object", "minimum": 1.25}}} for i in range(40)]
+    resent = Resent()
+    first = json.dumps({"model": "m", "tools": tools, "messages": []}, indent=1).encode()
+    second = first.replace(b'"model": "m"', b'"model": "n"')
+    one, two = resent.loads(first), resent.loads(second)
+    assert two["tools"] is one["tools"] and two["model"] == "n"
+    assert resent.loads(second, read_only=True)["tools"] is one["tools"]
