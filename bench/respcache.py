@@ -116,7 +116,7 @@ async def replay(url: str, requests: list[tuple[str, dict[str, Any]]], stream_ev
             if state == "hit":
                 hits += 1
             elif not streamed:
-                usage = Usage.read(orjson.loads(raw).get("usage"), shape)
+                usage = Usage.read(orjson.loads(raw).get("usage"), messages=shape == "messages")
                 spent += prices.price(body["model"]).cost(usage) if usage else 0.0
         return hits, spent
 

@@ -27,7 +27,6 @@ from proxy.rounds.readers import AnswerReader
 from proxy.savings.meter import TurnMeter
 from proxy.sse import EventParser
 from proxy.turn import Turn
-from proxy.usage import Usage
 
 log = logging.getLogger("keel.cache")
 _LAST_EVENT = re.compile(rb'"type": ?"(?:response\.(?:completed|failed|incomplete)|message_stop)"')
@@ -48,7 +47,7 @@ class CacheAccounting:
         self.proofs = proofs if request.location is not None and request.location.caller else None
         self._parser: EventParser | None = None
         self._usage: JsonObject | None = None
-        self._answer = AnswerReader(request.codec.shape) if self.proofs is not None else None
+        self._answer = AnswerReader(request.shape) if self.proofs is not None else None
         self._recording: asyncio.Task[None] | None = None
         self._finished = False
         self.ended = False  # the stream's last event was read (see `watch`)
@@ -130,14 +129,14 @@ class CacheAccounting:
         (when Keel answered tool_search, `rounds` times); `calls`: the client's own tool calls
         in the answer; `found`: tools the searches surfaced; `shown`: the answer the client got."""
         self.relayed(shown)
-        shape = self.request.codec.shape
-        read = Usage.read(usage, shape)
+        shape = self.request.shape
+        read = shape.usage(usage)
         if read is None:
             return {}
         tenant = self.request.tenant.id
         headers = self.metrics.observe_usage(tenant, read)
         if self.meter is not None:
-            self.meter.finish(read, Usage.read(first, shape) if first is not None else None, rounds, calls, found)
+            self.meter.finish(read, shape.usage(first) if first is not None else None, rounds, calls, found)
         location = self.request.location
         fields = {"tenant": tenant, "request_id": self.request.request_id,
                   "conversation": location.conversation if location else None,

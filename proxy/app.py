@@ -26,10 +26,6 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from proxy.accounting import CacheAccounting
 from proxy.callers import ProvenCallers
-from proxy.codecs import Codec
-from proxy.codecs.chat import ChatCodec
-from proxy.codecs.messages import MessagesCodec
-from proxy.codecs.responses import ResponsesCodec
 from proxy.config import KeelConfig, TenantConfig
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
@@ -57,7 +53,7 @@ from proxy.memory.planner import MemoryPlanner
 from proxy.memory.spool import MemorySpool
 from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
-from proxy.owners import Owners, checkable, shown_by
+from proxy.owners import Owners, checkable
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
 from proxy.relay import provider_request_id, relay, upstream_headers
 from proxy.respcache.admin import CacheAdmin
@@ -70,6 +66,10 @@ from proxy.rounds.responder import ToolSearchResponder
 from proxy.savings.ledger import Ledger
 from proxy.savings.meter import TRACE, Meter, Trace, traced
 from proxy.savings.page import SavingsPage
+from proxy.shapes import Shape
+from proxy.shapes.chat import CHAT
+from proxy.shapes.messages import MESSAGES
+from proxy.shapes.responses import RESPONSES
 from proxy.stored import route as stored_route
 from proxy.stores import Store
 from proxy.stores.guard import Breaker, GuardedStore
@@ -83,6 +83,7 @@ from proxy.turn import Exchange, Outcome, Turn
 from proxy.upstream import Upstream, UpstreamResponse
 
 log = logging.getLogger("keel.access")
+SHAPES: dict[str, Shape] = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
 BACKGROUND_STORE_BUDGET = 2.0  # seconds: the memory worker and API may wait longer than a request's planners
 
 
@@ -226,9 +227,9 @@ class Keel:
 
         return done
 
-    async def forward(self, request: Request, route: str, codec: Codec | None) -> Response:
-        """One request through Keel: authenticate, read, plan (for an API shape with a codec),
-        send upstream, relay back. `codec` None: any other /v1 path, forwarded verbatim."""
+    async def forward(self, request: Request, route: str, shape: Shape | None) -> Response:
+        """One request through Keel: authenticate, read, plan (for an API shape), send upstream,
+        relay back. `shape` None: any other /v1 path, forwarded verbatim."""
         started = time.perf_counter()
         rid = request_id(request.headers)
         caller: Caller | None = None
@@ -239,7 +240,7 @@ class Keel:
             path = upstream_path(request.scope)
             query = request.scope.get("query_string", b"").decode("latin-1")
             self.auth.refuse_keel_keys(caller, request.headers.items(), query, path)
-            reached = stored_route(request.method, path) if caller.keyed and codec is None else None
+            reached = stored_route(request.method, path) if caller.keyed and shape is None else None
             if reached is not None:  # a path that may name stored objects under the tenant's one provider key
                 owner = caller.owner(request.headers.get("x-keel-user"))
                 await self.owners.admit(owner, reached)
@@ -249,8 +250,8 @@ class Keel:
             url = tenant.upstream.base_url + "/" + path + ("?" + query if query else "")
             headers = upstream_headers(request.headers, caller.upstream_credentials, tenant.upstream.headers, rid)
             headers.pop(TTL_HEADER, None)  # the response cache's, not the upstream's
-            embeddings = codec is None and self.embeddings.applies(caller, request.method, path)
-            if (codec is not None or embeddings) and "accept-encoding" in headers:  # Keel reads these: what it decodes
+            embeddings = shape is None and self.embeddings.applies(caller, request.method, path)
+            if (shape is not None or embeddings) and "accept-encoding" in headers:  # Keel reads these: what it decodes
                 headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
                                  upstream_ids)
@@ -269,7 +270,7 @@ class Keel:
 
             if embeddings:
                 return await self.embeddings.serve(caller, raw, request.headers, send, rid, done, query)
-            if codec is None:
+            if shape is None:
                 if reached is not None and (reached.kind == "action" or (reached.kind in ("create", "object") and raw
                                             and "json" in request.headers.get("content-type", ""))):
                     await self.owners.check(owner, checkable(raw, owner))  # a stored-object route's body names objects
@@ -277,11 +278,11 @@ class Keel:
                 if reached is not None and (reached.kind == "create" or reached.items):
                     return await self.owners.watch(owner, relayed, items=reached.items)
                 return relayed
-            parsed = parse_turn(raw, caller, request.headers, rid, codec, self.resent, self.pipeline.plans,
+            parsed = parse_turn(raw, caller, request.headers, rid, shape, self.resent, self.pipeline.plans,
                                 self.pipeline.might_plan)
 
             def answer() -> Awaitable[Response]:  # from the response cache (proxy/respcache), else planned and relayed
-                return self.answers.serve(parsed, lambda: self._turn(parsed, raw, send, rid, done, codec), done, query)
+                return self.answers.serve(parsed, lambda: self._turn(parsed, raw, send, rid, done), done, query)
 
             if not caller.keyed:  # a passthrough caller's own provider key: the provider tells callers apart
                 return await answer()
@@ -290,17 +291,17 @@ class Keel:
             if not wire and owner.scoped:  # nothing read: a body too deep to hold is refused to a scoped caller
                 wire = checkable(raw, owner)
             await self.owners.check(owner, wire)
-            events = shown_by(codec.shape, wire)
+            events = shape.shown_ids(wire)
             answered = await answer()
             return answered if events is None else await self.owners.watch(owner, answered, events=events)
         except ProxyError as exc:
             done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
                                  upstream_ids)
             done(Outcome(status=exc.status, error=exc.code))
-            return error_response(exc, rid, codec.shape if codec is not None else "chat")
+            return error_response(exc, rid, shape or CHAT)
 
     async def _turn(self, parsed: Turn, raw: bytes, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
-                    rid: str, done: Callable[[Outcome], None], codec: Codec) -> Response:
+                    rid: str, done: Callable[[Outcome], None]) -> Response:
         """Plan a parsed turn, send it, and relay (or answer) what comes back."""
         tenant = parsed.tenant
         if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
@@ -326,9 +327,8 @@ class Keel:
         if planned.responder is not None:
             return await self.respond(planned, Exchange(send, rid, done, content, raw, account))
         response = await send(content)
-        end = codec.stream_end if parsed.stream else None
         return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
-                                        codec.shape, end)
+                                        parsed.shape, parsed.stream)
 
     def _proving(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]], tenant: str,
                  scope: str) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:
@@ -366,8 +366,8 @@ class Keel:
         self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,
         extra_headers: Mapping[str, str] | None = None,
         accounting: CacheAccounting | None = None,
-        shape: str | None = None,
-        stream_end: re.Pattern[bytes] | None = None,
+        shape: Shape = CHAT,
+        expect_end: bool = False,
     ) -> Response:
         gauge = self.metrics.streams_open.labels(tenant)
 
@@ -377,7 +377,7 @@ class Keel:
             done(outcome)
 
         try:
-            relayed = await relay(response, rid, finish, extra_headers, accounting, shape, stream_end)
+            relayed = await relay(response, rid, finish, extra_headers, accounting, shape, expect_end)
         except BaseException:
             await response.aclose()
             raise
@@ -445,9 +445,9 @@ def _loopback(host: str | None) -> bool:
         return False
 
 
-def error_response(exc: ProxyError, rid: str | None = None, shape: str = "chat") -> Response:
+def error_response(exc: ProxyError, rid: str | None = None, shape: Shape = CHAT) -> Response:
     headers = {"x-request-id": rid, "x-keel-request-id": rid} if rid else None
-    return Response(exc.body(shape), status_code=exc.status, media_type="application/json", headers=headers)
+    return Response(shape.error_body(exc), status_code=exc.status, media_type="application/json", headers=headers)
 
 
 def create_app(
@@ -491,7 +491,7 @@ def create_app(
     app.state.keel = keel
 
     def guarded(handler: Callable[[Request], Awaitable[Response]],
-                shape: str = "chat") -> Callable[[Request], Awaitable[Response]]:
+                shape: Shape = CHAT) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
                 return await handler(request)
@@ -504,19 +504,18 @@ def create_app(
 
         return endpoint
 
-    def shaped(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
+    def shaped(shape: Shape) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
-            return await keel.forward(request, codec.shape, codec)
+            return await keel.forward(request, shape.name, shape)
 
-        return guarded(handler, codec.shape)
+        return guarded(handler, shape)
 
-    codecs: dict[str, Codec] = {"chat": ChatCodec(), "responses": ResponsesCodec(), "messages": MessagesCodec()}
 
     async def passthrough(request: Request) -> Response:
         """Any other /v1 path; an API route spelled otherwise (`/v1//Responses`) is still that route."""
         reached = stored_route(request.method, str(request.scope["path"]).removeprefix("/v1/"))
         if reached.shape is not None:
-            return await keel.forward(request, reached.shape, codecs[reached.shape])
+            return await keel.forward(request, SHAPES[reached.shape].name, SHAPES[reached.shape])
         return await keel.forward(request, "passthrough", None)
 
     async def healthz(request: Request) -> Response:
@@ -539,9 +538,8 @@ def create_app(
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     # Plain Starlette routes: the hot path skips FastAPI's dependency injection.
-    app.router.add_route("/v1/chat/completions", shaped(codecs["chat"]), methods=["POST"])
-    app.router.add_route("/v1/responses", shaped(codecs["responses"]), methods=["POST"])
-    app.router.add_route("/v1/messages", shaped(codecs["messages"]), methods=["POST"])
+    for path, shape in SHAPES.items():  # an API shape: read, planned, answered (`proxy.shapes`)
+        app.router.add_route(path, shaped(shape), methods=["POST"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.router.add_route("/readyz", readyz, methods=["GET"])
     app.router.add_route("/metrics", metrics, methods=["GET"])

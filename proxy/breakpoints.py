@@ -14,19 +14,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import orjson
 
 from proxy.jsontext import Json, JsonObject
 
+if TYPE_CHECKING:
+    from proxy.shapes import Shape
+
 MAX_BREAKPOINTS = 4
 Path = tuple[str | int, ...]
 
 
-def takes_cache_control(shape: str, upstream_kind: str, model: Json) -> bool:
+def takes_cache_control(shape: Shape, upstream_kind: str, model: Json) -> bool:
     """Does this request's upstream cache only at `cache_control` breakpoints? Every Messages
     request does; a chat request does for Anthropic-compatible upstreams and Claude on OpenRouter."""
-    if shape == "messages":
+    if shape.always_cache_control:
         return True
     name = str(model or "").lower()
     return upstream_kind == "anthropic-compatible" or (upstream_kind == "openrouter" and

@@ -42,11 +42,11 @@ def _digest(*parts: bytes) -> str:
 
 
 def caller_seed(tenant: str, user: str | None, conversation: str | None, *, scope: str = "",
-                cache_key: str | None = None, shape: str = "chat") -> str:
-    """Who is asking: `scope` is the caller's credential digest; `shape` the API shape (a
-    conversation is rendered in one shape, never another's)."""
+                cache_key: str | None = None, tag: bytes = b"") -> str:
+    """Who is asking: `scope` is the caller's credential digest; `tag` the API shape's
+    (`Shape.chain_tag`: a conversation is rendered in one shape, never another's)."""
     parts = [b"keel-chain-v3", tenant.encode(), scope.encode(), (user or "").encode(), (conversation or "").encode(),
-             (cache_key or "").encode(), b"" if shape == "chat" else shape.encode()]
+             (cache_key or "").encode(), tag]
     return _digest(*parts)
 
 
@@ -61,9 +61,9 @@ def namespace(caller: str, context: str) -> str:
 
 
 def chain_seed(tenant: str, user: str | None, conversation: str | None, *, scope: str = "",
-               cache_key: str | None = None, context: str = "", shape: str = "chat") -> str:
+               cache_key: str | None = None, context: str = "", tag: bytes = b"") -> str:
     """The namespace of a conversation that began with the system prompt whose digest is `context`."""
-    return namespace(caller_seed(tenant, user, conversation, scope=scope, cache_key=cache_key, shape=shape), context)
+    return namespace(caller_seed(tenant, user, conversation, scope=scope, cache_key=cache_key, tag=tag), context)
 
 
 def _plain(value: Json) -> Json:

@@ -228,12 +228,13 @@ class UpstreamConfig(_Model):
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
-    def searches_natively(self, shape: str) -> bool:
-        """Does this upstream run a client's deferred-tool search itself, on this API shape?"""
+    def searches_natively(self, native_host: str | None) -> bool:
+        """Does this upstream run a client's deferred-tool search itself? Said by
+        `native_tool_search`, else by the host: the provider whose shape this is
+        (`Shape.native_search_host`) does."""
         if self.native_tool_search is not None:
             return self.native_tool_search
-        host = urlsplit(self.base_url).hostname or ""
-        return (shape, host) in (("messages", "api.anthropic.com"), ("responses", "api.openai.com"))
+        return native_host is not None and urlsplit(self.base_url).hostname == native_host
 
 
 class DeferConfig(_Model):

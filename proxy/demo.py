@@ -26,6 +26,7 @@ from proxy.config import ServerConfig
 from proxy.demo_catalog import demo_catalog
 from proxy.jsontext import JsonObject
 from proxy.prices import PriceTable
+from proxy.shapes.chat import CHAT
 from proxy.standin.app import create_standin_app
 from proxy.standin.script import hidden_call
 from proxy.usage import Usage
@@ -67,7 +68,7 @@ def converse(base_url: str, key: str, tools: list[JsonObject], headers: dict[str
                 reply.raise_for_status()
                 data = reply.json()
                 run.calls += 1
-                run.usage = run.usage + (Usage.read(data.get("usage"), "chat") or Usage())
+                run.usage = run.usage + (CHAT.usage(data.get("usage")) or Usage())
                 message = data["choices"][0]["message"]
                 messages.append({k: v for k, v in message.items() if v is not None})
                 calls = message.get("tool_calls") or []

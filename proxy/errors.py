@@ -1,5 +1,6 @@
-"""One error tree for everything Keel says to a client, rendered once in the client's API shape:
-OpenAI-style JSON for Chat Completions and Responses, Anthropic-style for Messages.
+"""One error tree for everything Keel says to a client, rendered once in the client's API shape
+(`Shape.error_body`, `Shape.error_event`): OpenAI-style JSON for Chat Completions, Responses
+and Keel's own routes, Anthropic-style for Messages.
 
     ProxyError (500 server_error)
     ├── BadRequestError (400 invalid_request_error)
@@ -30,19 +31,9 @@ class ProxyError(Exception):
             self.code = code
         self.param = param
 
-    def body(self, shape: str = "chat") -> bytes:
-        if shape == "messages":
-            return anthropic_error_body(self.status, self.message)
+    def body(self) -> bytes:
+        """The error as OpenAI's JSON (Keel's own routes; an API shape renders its own: `Shape.error_body`)."""
         return error_body(self.message, self.type, self.code, self.param)
-
-    def event(self, shape: str = "chat") -> bytes:
-        """The error as the last event of a stream in this shape."""
-        if shape == "messages":
-            return b"event: error\ndata: " + anthropic_error_body(self.status, self.message) + b"\n\n"
-        if shape == "responses":
-            payload = {"type": "error", "code": self.code, "message": self.message, "param": self.param}
-            return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
-        return b"data: " + self.body() + b"\n\n"
 
 
 class BadRequestError(ProxyError):

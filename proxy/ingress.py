@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy import jsontext
-from proxy.codecs import KEEL, Codec
-from proxy.codecs.chat import ChatCodec
+from proxy.codecs import KEEL
 from proxy.config import TenantConfig, key_digests
 from proxy.credentials import CREDENTIAL_HEADERS, KeelKeys
 from proxy.errors import AuthenticationError, BadRequestError, ForbiddenError
 from proxy.owners import Owner, provider_account
+from proxy.shapes import Shape
+from proxy.shapes.chat import CHAT
 from proxy.turn import Turn
 
 
@@ -150,38 +151,37 @@ KEEL_MARK = b'"' + KEEL.encode() + b'"'  # the key Keel marks its view objects w
 
 
 def parse_turn(raw: bytes, caller: Caller, headers: Mapping[str, str], rid: str,
-               codec: Codec | None = None, resent: jsontext.Resent | None = None,
+               shape: Shape = CHAT, resent: jsontext.Resent | None = None,
                plans: Callable[[Turn], bool] | None = None,
                might_plan: Callable[[TenantConfig], bool] | None = None) -> Turn:
-    """The client's body, read by the codec of its API shape into the planners' view (a tools
+    """The client's body, read by its API shape's codec into the planners' view (a tools
     array seen before, byte for byte, is not parsed again: `resent`). `plans`: would any planner
     act on this turn? When none would, no view is made: the turn goes upstream as the client's
     bytes, and whatever the upstream makes of its body is the client's own answer.
     `might_plan`: could any act for this tenant at all? When none could, the body is only read."""
-    codec = codec or ChatCodec()
     # A tenant no planner can act for: read to check, never written back (numbers unchecked).
     read_only = might_plan is not None and not might_plan(caller.tenant)
     try:
         whole = jsontext.read if read_only else jsontext.loads
         body = resent.loads(raw, read_only) if resent is not None else whole(raw)
     except jsontext.UnreadableJsonError:  # valid, but too deep to plan: the client's bytes go upstream
-        return Turn(caller.tenant, raw, {}, headers, rid, codec, scope=caller.scope, plannable=False)
+        return Turn(caller.tenant, raw, {}, headers, rid, shape, scope=caller.scope, plannable=False)
     except ValueError as exc:
         raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object", code="invalid_json")
     try:
-        codec.check(body)
+        shape.codec.check(body)
         if plans is not None:
-            wire = _bound(Turn(caller.tenant, raw, body, headers, rid, codec, scope=caller.scope,
+            wire = _bound(Turn(caller.tenant, raw, body, headers, rid, shape, scope=caller.scope,
                                memory_scope=caller.memory_scope, plannable=False), caller)
             if not plans(wire) or KEEL_MARK in raw:  # Keel's own view key, sent by the client: as sent
                 return wire
-        view = codec.view(body)
+        view = shape.codec.view(body)
     except ValueError as exc:
         raise BadRequestError(str(exc), param="messages" if "messages" in str(exc) else None) from None
     messages = view.body["messages"]
-    request = Turn(caller.tenant, raw, view.body, headers, rid, codec, view, caller.scope, caller.memory_scope,
+    request = Turn(caller.tenant, raw, view.body, headers, rid, shape, view, caller.scope, caller.memory_scope,
                           client_messages=tuple(messages))
     return _bound(request, caller)
 

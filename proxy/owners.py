@@ -39,6 +39,7 @@ from proxy.config import TenantConfig
 from proxy.encoding import Decoder, ReplyEncodingError, decode_all
 from proxy.errors import BadRequestError, ForbiddenError, NotFoundError, StoreUnavailableError
 from proxy.jsontext import Json, JsonObject
+from proxy.shapes import ShownIds
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.stored import MAX_REFERENCES, Route, references
 from proxy.stores import Store, StoreError, key
@@ -150,11 +151,11 @@ class Owners:
         """Wait for the retries in flight (shutdown, tests)."""
         await self.retries.drain()
 
-    async def watch(self, owner: Owner, response: Response, *, events: str | None = None,
+    async def watch(self, owner: Owner, response: Response, *, events: ShownIds | None = None,
                     items: bool = False) -> Response:
         """Record the ids the client is shown in this reply before it reads them: a whole JSON body's
         `id` (and, for a scoped caller, its output items and, with `items`, its listed items), or the
-        ids a stream's events carry (`events`: "responses" or "chat")."""
+        ids a stream's events carry, as its shape reads them (`events`, `Shape.shown_ids`)."""
         if not 200 <= response.status_code < 300:
             return response
         coding = response.headers.get("content-encoding", "").strip().lower()
@@ -171,7 +172,7 @@ class Owners:
         await self.record(owner, _ids(parsed, owner.scoped, items))
         return response
 
-    async def _stream(self, owner: Owner, body: AsyncIterable[Chunk], coding: str, events: str) -> AsyncIterator[Chunk]:
+    async def _stream(self, owner: Owner, body: AsyncIterable[Chunk], coding: str, events: ShownIds) -> AsyncIterator[Chunk]:
         watching = True
         parser = EventParser()
         try:
@@ -183,12 +184,12 @@ class Owners:
                 data = chunk if isinstance(chunk, bytes) else bytes(chunk) if isinstance(chunk, memoryview) else chunk.encode()
                 try:
                     shown = [i for e in parser.feed(decoder.feed(data) if decoder else data)
-                             for i in _event_ids(e.data, events, owner.scoped)]
+                             if e.data and e.data != b"[DONE]" for i in events.read(e.data, owner.scoped)]
                 except (ReplyEncodingError, EventTooLargeError):
                     watching, shown = False, []
                 if shown:
                     await self.record(owner, shown)
-                    watching = events != "chat"  # a chat stream names its one id in every event
+                    watching = not events.once  # e.g. a chat stream names its one id in every event
             yield chunk
 
 
@@ -208,16 +209,6 @@ def checkable(raw: bytes, owner: Owner) -> JsonObject:
     return {}
 
 
-def shown_by(shape: str, wire: JsonObject) -> str | None:
-    """Which replies of an API shape show ids of stored objects: a response (unless `store: false`),
-    a chat completion stored on request (`store: true`); a message is not stored."""
-    if shape == "responses" and wire.get("store") is not False:
-        return "responses"
-    if shape == "chat" and wire.get("store") is True:
-        return "chat"
-    return None
-
-
 def _ids(parsed: Json, scoped: bool, items: bool) -> list[str]:
     """The ids a whole reply shows: its own, and for a scoped caller its output items and listed items."""
     if not isinstance(parsed, dict):
@@ -227,22 +218,3 @@ def _ids(parsed: Json, scoped: bool, items: bool) -> list[str]:
         listed = [*(parsed.get("output") or []), *((parsed.get("data") or []) if items else [])]
         shown += [o["id"] for o in listed if isinstance(o, dict) and isinstance(o.get("id"), str)]
     return shown
-
-
-def _event_ids(data: bytes | None, events: str, scoped: bool) -> list[str]:
-    if not data or data == b"[DONE]":
-        return []
-    if events == "responses" and b'"response.created"' not in data and not (
-            scoped and b'"response.output_item.added"' in data):
-        return []
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return []
-    if not isinstance(parsed, dict):
-        return []
-    if events == "chat":
-        return [parsed["id"]] if isinstance(parsed.get("id"), str) else []
-    holder = parsed.get("response") if parsed.get("type") == "response.created" else parsed.get("item")
-    named = holder.get("id") if isinstance(holder, dict) else None
-    return [named] if isinstance(named, str) else []

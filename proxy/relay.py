@@ -20,9 +20,11 @@ from starlette.responses import Response, StreamingResponse
 from proxy.credentials import CREDENTIAL_HEADERS
 from proxy.encoding import Decoder, ReplyEncodingError, coding, decode_all, is_encoded
 from proxy.errors import ProxyError, UpstreamConnectError
+from proxy.shapes.chat import CHAT
 
 if TYPE_CHECKING:
     from proxy.accounting import CacheAccounting
+    from proxy.shapes import Shape
 from proxy.turn import Outcome
 from proxy.upstream import UpstreamResponse, header
 
@@ -76,12 +78,12 @@ async def relay(
     on_done: Callable[[Outcome], None],
     extra_headers: Mapping[str, str] | None = None,
     accounting: CacheAccounting | None = None,
-    shape: str | None = None,
-    stream_end: re.Pattern[bytes] | None = None,
+    shape: Shape = CHAT,
+    expect_end: bool = False,
 ) -> Response:
     """`accounting` reads the upstream's usage from the body or the stream as it passes;
-    `shape`: the API shape of an answer Keel planned (its error events); `stream_end`: what a
-    whole stream of it ends with (a stream that stops without it gets an error event)."""
+    `shape`: the API shape of the answer (its error events); `expect_end`: a stream of it must end
+    with its end marker (`Shape.stream_end`), or it gets an error event: the answer was cut."""
     headers = client_headers(response, request_id)
     if extra_headers:
         headers.update(extra_headers)
@@ -101,9 +103,9 @@ async def relay(
     outcome.streamed = True
     is_sse = header(response, "content-type").startswith("text/event-stream")
     watch = accounting if is_sse and response.status == 200 else None
-    end = stream_end if is_sse and response.status == 200 else None
+    end = shape.stream_end if expect_end and is_sse and response.status == 200 else None
     reader = _Reader(response) if is_sse else None
-    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, end, shape or "chat",
+    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, end, shape,
                                      reader), status_code=response.status, headers=headers)
 
 
@@ -171,7 +173,7 @@ async def read_limited(response: UpstreamResponse, limit: int) -> tuple[bytes, A
 async def _stream(
     response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool,
     accounting: CacheAccounting | None = None, prefix: bytes = b"", rest: AsyncIterator[bytes] | None = None,
-    stream_end: re.Pattern[bytes] | None = None, shape: str = "chat", reader: _Reader | None = None,
+    stream_end: re.Pattern[bytes] | None = None, shape: Shape = CHAT, reader: _Reader | None = None,
 ) -> AsyncIterator[bytes]:
     tail = b""  # the newest decoded bytes: where the end marker and an error event are looked for
     ended = False  # the stream's end marker went by (it may sit far from the last bytes: a big last event)
@@ -208,7 +210,7 @@ async def _stream(
             raise
         if is_sse:  # after a blank line, so that a half-sent event cannot swallow it
             separator = b"\n\n" if tail and not tail.endswith((b"\n\n", b"\r\n\r\n")) else b""
-            yield separator + exc.event(shape)
+            yield separator + shape.error_event(exc)
     except BaseException:  # the client went away: cancelled mid-stream
         outcome.error = "client_disconnected"
         raise

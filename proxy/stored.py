@@ -31,7 +31,7 @@ from urllib.parse import unquote
 from proxy.jsontext import Json, JsonObject
 
 RouteKind = Literal["shaped", "stateless", "create", "list", "object", "action", "unknown"]
-SHAPED = {("chat", "completions"): "chat", ("responses",): "responses", ("messages",): "messages"}
+SHAPED = frozenset({("chat", "completions"), ("responses",), ("messages",)})  # an API shape's route, spelled otherwise
 # Families of stored objects, and the words after the family that are verbs, not ids.
 STORED: dict[tuple[str, ...], frozenset[str]] = {
     ("responses",): frozenset({"input_tokens", "compact"}),
@@ -57,7 +57,7 @@ class Route:
     kind: RouteKind
     family: str = ""  # e.g. "responses", "chat/completions"
     object_id: str | None = None  # the object a path names (kind "object")
-    shape: str | None = None  # the codec's shape (kind "shaped")
+    shape: str | None = None  # the API shape's route, e.g. "/v1/chat/completions" (kind "shaped")
     items: bool = False  # the reply lists an object's items (ids a caller may reference later)
 
 
@@ -74,7 +74,7 @@ def route(method: str, path: str) -> Route:
     parts = segments(path)
     lowered = tuple(p.lower() for p in parts)
     if method == "POST" and lowered in SHAPED:
-        return Route("shaped", "/".join(lowered), shape=SHAPED[lowered])
+        return Route("shaped", "/".join(lowered), shape="/v1/" + "/".join(lowered))
     if any(lowered[:len(prefix)] == prefix for prefix in STATELESS):
         return Route("stateless")
     family = max((f for f in STORED if lowered[:len(f)] == f), key=len, default=None)

@@ -16,12 +16,13 @@ from starlette.responses import Response
 from proxy import client_ids, jsontext
 from proxy.breakpoints import takes_cache_control, within_budget
 from proxy.chain import CONTEXT_ROLES, caller_seed, namespace
-from proxy.codecs import Codec, View
-from proxy.codecs.chat import ChatCodec
+from proxy.codecs import View
 from proxy.config import TenantConfig
 from proxy.conversations import Location
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
+from proxy.shapes import Shape
+from proxy.shapes.chat import CHAT
 from proxy.upstream import UpstreamResponse
 
 MAX_LABEL = 128  # the longest conversation id shown (and stored) as the client sent it
@@ -82,8 +83,8 @@ class Turn:
     body: JsonObject
     headers: Mapping[str, str]
     request_id: str
-    codec: Codec = field(default_factory=ChatCodec)
-    view: View | None = None  # what the codec made of the client's body (None: not read)
+    shape: Shape = CHAT  # its API shape: the codec, framings, errors and capabilities (`proxy.shapes`)
+    view: View | None = None  # what the shape's codec made of the client's body (None: not read)
     scope: str = ""  # the caller's credential digest, see `Caller.scope`
     memory_scope: str | None = ""  # see `Caller.memory_scope` (None: a caller with no credential)
     bound_user: str | None = None  # the end user a user key acts as (overrides what the body says)
@@ -163,7 +164,7 @@ class Turn:
     def caller_seed(self) -> str:
         """Who is asking (see `proxy.chain`): tenant, credential, end user, the ids the client sent, shape."""
         return caller_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
-                           cache_key=self.cache_key, shape=self.codec.shape)
+                           cache_key=self.cache_key, tag=self.shape.chain_tag)
 
     def chain_seed(self, context_digest: str) -> str:
         """The namespace of this caller's conversation begun under the system prompt `context_digest`."""
@@ -198,8 +199,8 @@ class Turn:
         body = self.body if body is None else body
         if self.view is None:
             return body
-        wire = self.codec.render(body, self.view)
-        if takes_cache_control(self.codec.shape, self.tenant.upstream.kind, wire.get("model")):
+        wire = self.shape.codec.render(body, self.view)
+        if takes_cache_control(self.shape, self.tenant.upstream.kind, wire.get("model")):
             wire = within_budget(wire, self.view.wire)
         return wire
 

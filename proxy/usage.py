@@ -38,10 +38,11 @@ class Usage:
                      self.output + other.output)
 
     @classmethod
-    def read(cls, usage: Json, shape: str | None = None) -> Usage | None:
+    def read(cls, usage: Json, messages: bool | None = None) -> Usage | None:
         """The usage object of an answer in any of the three shapes; None when it is not one.
-        `shape` ("chat", "responses", "messages") settles what `input_tokens` means; without it,
-        a usage with cache_read/cache_creation fields and input_tokens is read as Messages'."""
+        `messages` (the shape's `usage` says it) settles what `input_tokens` means: Messages'
+        leaves out what the cache read and wrote; without it, a usage with cache_read or
+        cache_creation fields and input_tokens is read as Messages'."""
         if not isinstance(usage, dict):
             return None
         reads = _int(usage.get("cache_read_input_tokens"))
@@ -52,8 +53,8 @@ class Usage:
             return cls(_int(usage["prompt_tokens"]), cached or reads, writes, _int(usage.get("completion_tokens")))
         if not isinstance(usage.get("input_tokens"), int):
             return None
-        messages = shape == "messages" or (shape is None and ("cache_read_input_tokens" in usage
-                                                              or "cache_creation_input_tokens" in usage))
+        if messages is None:
+            messages = "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage
         output = _int(usage.get("output_tokens"))
         if messages:
             return cls(_int(usage["input_tokens"]) + reads + writes, reads, writes, output)

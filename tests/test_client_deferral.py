@@ -100,8 +100,16 @@ def test_native_search_gets_the_request_as_written(start_keel: Callable[..., Ser
 
 def test_native_search_default_follows_the_provider() -> None:
     from proxy.config import UpstreamConfig
+    from proxy.shapes.chat import CHAT
+    from proxy.shapes.messages import MESSAGES
+    from proxy.shapes.responses import RESPONSES
 
-    assert UpstreamConfig(base_url="https://api.anthropic.com/v1").searches_natively("messages")
-    assert UpstreamConfig(base_url="https://api.openai.com/v1").searches_natively("responses")
-    assert not UpstreamConfig(base_url="https://api.openai.com/v1").searches_natively("chat")
-    assert not UpstreamConfig(base_url="http://127.0.0.1:9/v1").searches_natively("messages")
+    def native(url: str, host: str | None) -> bool:
+        return UpstreamConfig(base_url=url).searches_natively(host)
+
+    assert native("https://api.anthropic.com/v1", MESSAGES.native_search_host)
+    assert native("https://api.openai.com/v1", RESPONSES.native_search_host)
+    assert not native("https://api.openai.com/v1", CHAT.native_search_host)
+    assert not native("https://api.anthropic.com/v1", RESPONSES.native_search_host)
+    assert not native("http://127.0.0.1:9/v1", MESSAGES.native_search_host)
+    assert UpstreamConfig(base_url="http://127.0.0.1:9/v1", native_tool_search=True).searches_natively(None)

@@ -57,7 +57,7 @@ def test_unchanged_views_render_the_clients_body() -> None:
         view = codec.view(body)
         assert jsontext.dumps(codec.render(view.body, view)) == jsontext.dumps(body)
         fresh = {**view.body, "messages": list(view.body["messages"]), "tools": list(view.body.get("tools") or [])}
-        assert jsontext.dumps(codec.render(fresh, view)) == jsontext.dumps(body), codec.shape
+        assert jsontext.dumps(codec.render(fresh, view)) == jsontext.dumps(body), type(codec).__name__
 
 
 def test_messages_view_reads_the_conversation() -> None:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recorder import lifespan, read_body
 
-from proxy.codecs.chat import ChatCodec
+from proxy.shapes.chat import CHAT
 
 ON: dict[str, Any] = {"tools": {"enabled": True}, "context": {"stable": True},
                       "cache": {"prompt_cache_key": "auto", "breakpoints": "auto"}}
@@ -148,7 +148,7 @@ def test_odd_upstream_replies(scripted_keels: tuple[ScriptedUpstream, list[Serve
             response = httpx.post(keel.url + "/v1/chat/completions", json=request,
                                   headers={**AUTH, "accept-encoding": "gzip"}, timeout=10)
         except httpx.RemoteProtocolError:
-            ended = ChatCodec.stream_end.search(b"".join(events))  # the end marker as Keel reads it
+            ended = CHAT.stream_end.search(b"".join(events))  # the end marker as Keel reads it
             assert gzipped and as_sse and status == 200 and not ended, "cut for no reason"
             continue
         assert_keel_answered(response, stream)

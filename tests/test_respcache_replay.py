@@ -12,10 +12,14 @@ import pytest
 
 from proxy.config import CacheConfig
 from proxy.respcache.policy import decide
-from proxy.respcache.replay import SHAPES
+from proxy.shapes.chat import CHAT
+from proxy.shapes.messages import MESSAGES
+from proxy.shapes.responses import RESPONSES
 from proxy.sse import EventParser
 from proxy.standin.app import create_standin_app
 from proxy.standin.script import hidden_call
+
+SHAPES = {s.name: s.answers for s in (CHAT, RESPONSES, MESSAGES)}
 
 TEXT = "look it up " + hidden_call("get_weather", '{"city": "Oslo"}') + " and tell me"
 REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -16,6 +16,9 @@ from proxy.prices import PriceTable
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
 from proxy.savings.report import parse_since, render_text, summary
+from proxy.shapes.chat import CHAT
+from proxy.shapes.messages import MESSAGES
+from proxy.shapes.responses import RESPONSES
 from proxy.stores.sqlite import SqliteStore
 from proxy.turn import Turn
 from proxy.usage import Usage
@@ -27,32 +30,32 @@ SONNET = PriceTable().price("claude-sonnet-4-5")  # 3 in, 0.30 cached, 3.75 writ
 def test_chat_usage() -> None:
     """Chat: prompt_tokens is all input, cached_tokens in prompt_tokens_details."""
     usage = {"prompt_tokens": 5000, "completion_tokens": 40, "prompt_tokens_details": {"cached_tokens": 4096}}
-    assert Usage.read(usage, "chat") == Usage(5000, 4096, 0, 40)
-    assert Usage.read(usage, "chat").uncached == 904  # type: ignore[union-attr]
+    assert CHAT.usage(usage) == Usage(5000, 4096, 0, 40)
+    assert CHAT.usage(usage).uncached == 904  # type: ignore[union-attr]
 
 
 def test_anthropic_compatible_chat_usage() -> None:
     """An Anthropic-compatible chat endpoint reports its cache reads and writes beside prompt_tokens."""
     usage = {"prompt_tokens": 5000, "completion_tokens": 40, "cache_read_input_tokens": 3000,
              "cache_creation_input_tokens": 1500}
-    assert Usage.read(usage, "chat") == Usage(5000, 3000, 1500, 40)
+    assert CHAT.usage(usage) == Usage(5000, 3000, 1500, 40)
 
 
 def test_responses_usage() -> None:
     """Responses: input_tokens is all input, cached_tokens in input_tokens_details."""
     usage = {"input_tokens": 3000, "input_tokens_details": {"cached_tokens": 2048}, "output_tokens": 12,
              "total_tokens": 3012}
-    assert Usage.read(usage, "responses") == Usage(3000, 2048, 0, 12)
+    assert RESPONSES.usage(usage) == Usage(3000, 2048, 0, 12)
 
 
 def test_messages_usage() -> None:
     """Messages: input_tokens is only the uncached part; reads and writes are added to make all input."""
     usage = {"input_tokens": 20, "cache_read_input_tokens": 4000, "cache_creation_input_tokens": 900,
              "output_tokens": 7}
-    read = Usage.read(usage, "messages")
+    read = MESSAGES.usage(usage)
     assert read == Usage(4920, 4000, 900, 7) and read.uncached == 20
     assert Usage.read(usage) == read  # told apart by its cache fields without the shape
-    assert Usage.read({"input_tokens": 20, "output_tokens": 1}, "messages") == Usage(20, 0, 0, 1)
+    assert MESSAGES.usage({"input_tokens": 20, "output_tokens": 1}) == Usage(20, 0, 0, 1)
     assert Usage.read({"total_tokens": 3}) is None and Usage.read(None) is None
 
 
@@ -128,17 +131,14 @@ async def test_streamed_usage_of_each_shape_is_read() -> None:
         def finish(self, usage: Usage, *args: object) -> None:
             seen.append(usage)
 
-    from proxy.codecs.messages import MessagesCodec
-    from proxy.codecs.responses import ResponsesCodec
-
-    for codec, events in (
-        (ResponsesCodec(), [{"type": "response.completed", "response": {"usage": {
+    for shape, events in (
+        (RESPONSES, [{"type": "response.completed", "response": {"usage": {
             "input_tokens": 2000, "input_tokens_details": {"cached_tokens": 1024}, "output_tokens": 9}}}]),
-        (MessagesCodec(), [{"type": "message_start", "message": {"usage": {
+        (MESSAGES, [{"type": "message_start", "message": {"usage": {
             "input_tokens": 5, "cache_read_input_tokens": 1800, "cache_creation_input_tokens": 0,
             "output_tokens": 1}}}, {"type": "message_delta", "usage": {"output_tokens": 30}}]),
     ):
-        turn = Turn(config.tenants[0], b"{}", {"messages": []}, {}, "r", codec)
+        turn = Turn(config.tenants[0], b"{}", {"messages": []}, {}, "r", shape)
         accounting = CacheAccounting(Metrics(), turn, Meter())  # type: ignore[arg-type]
         for event in events:
             accounting.watch(b"data: " + orjson.dumps(event) + b"\n\n")

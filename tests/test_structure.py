@@ -135,3 +135,37 @@ def test_a_tenant_with_every_feature_off_is_only_read() -> None:
     assert not pipeline.might_plan(off) and pipeline.might_plan(on)
     custom = create_app(config, planners=lambda defaults: [*defaults, FailingPlanner()]).state.keel.pipeline
     assert custom.might_plan(off)
+
+
+SHAPE_NAMES = frozenset({"chat", "responses", "messages"})
+
+
+def shape_comparisons(root: Path = PROXY) -> list[str]:
+    """Every comparison with an API shape's name outside `proxy/shapes` (the stand-in provider,
+    a server of its own, aside): `x == "chat"`, `x != "messages"`, `x in ("chat", ...)`."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in ("shapes", "standin"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            for op, left, right in zip(node.ops, [node.left, *node.comparators[:-1]], node.comparators, strict=True):
+                sides = [left, right] if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) else (
+                    list(right.elts) if isinstance(op, (ast.In, ast.NotIn)) and isinstance(
+                        right, (ast.Tuple, ast.List, ast.Set)) else [])
+                if any(isinstance(s, ast.Constant) and s.value in SHAPE_NAMES for s in sides):
+                    found.append(f"{relative}:{node.lineno}")
+    return found
+
+
+def test_no_shape_name_is_compared_outside_shapes() -> None:
+    """What differs per API shape is a `Shape`'s (proxy/shapes): the rest asks its capabilities."""
+    assert shape_comparisons() == []
+
+
+def test_the_check_sees_a_shape_comparison(tmp_path: Path) -> None:
+    (tmp_path / "planner.py").write_text('def f(shape):\n    return shape == "messages" or shape in ("chat",)\n')
+    (tmp_path / "fields.py").write_text('def g(body):\n    return "messages" in body\n')
+    assert shape_comparisons(tmp_path) == ["planner.py:2", "planner.py:2"]

@@ -16,7 +16,6 @@ tools and reasoning items, Messages' server tools and thinking blocks) ride alon
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,9 +42,6 @@ class View:
 
 
 class Codec(Protocol):
-    shape: str  # chat | responses | messages
-    stream_end: re.Pattern[bytes]  # what a whole event stream of this shape ends with
-
     def check(self, wire: JsonObject) -> None:
         """Raise ValueError for a body that is not of this shape (what `view` checks, no view made)."""
         ...

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from proxy.codecs import View
 from proxy.jsontext import JsonObject
 
 
 class ChatCodec:
-    shape = "chat"
-    stream_end = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\]")
-
     def check(self, wire: JsonObject) -> None:
         messages = wire.get("messages")
         if not isinstance(messages, list):

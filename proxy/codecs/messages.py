@@ -17,8 +17,6 @@ exactly one client message, unchanged, goes back as the client sent it.
 
 from __future__ import annotations
 
-import re
-
 from proxy import jsontext
 from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_body
 from proxy.jsontext import Json, JsonObject
@@ -103,9 +101,6 @@ def tool_choice(choice: Json) -> Json:
 
 
 class MessagesCodec:
-    shape = "messages"
-    stream_end = re.compile(rb"(?:^|[\r\n])event: ?message_stop\b|\"type\": ?\"message_stop\"")
-
     def __init__(self) -> None:
         self._tools = ToolViews()
 

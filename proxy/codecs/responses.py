@@ -16,8 +16,6 @@ A message item a planner changes (the date added to a developer message) keeps i
 
 from __future__ import annotations
 
-import re
-
 from proxy.codecs import KEEL, Origins, ToolViews, View, render_tools, strip_keel, view_body
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
@@ -122,10 +120,6 @@ def tool_choice(choice: Json) -> Json:
 
 
 class ResponsesCodec:
-    shape = "responses"
-    stream_end = re.compile(rb"(?:^|[\r\n])event: ?response\.(?:completed|failed|incomplete)\b|"
-                            rb'"type": ?"response\.(?:completed|failed|incomplete)"')
-
     def __init__(self) -> None:
         self._tools = ToolViews()
 

@@ -23,7 +23,7 @@ from proxy.turn import Turn
 
 def takes_cache_control(request: Turn) -> bool:
     """See `proxy.breakpoints.takes_cache_control`."""
-    return breakpoints.takes_cache_control(request.codec.shape, request.tenant.upstream.kind, request.body.get("model"))
+    return breakpoints.takes_cache_control(request.shape, request.tenant.upstream.kind, request.body.get("model"))
 
 
 def _marks(message: JsonObject) -> int:
@@ -75,7 +75,7 @@ class CachePlanner:
         cache = request.tenant.cache
         body = request.body
         if (cache.prompt_cache_key == "auto" and request.tenant.upstream.kind == "openai"
-                and request.codec.shape != "messages"
+                and request.shape.prompt_cache_key
                 and "prompt_cache_key" not in body and request.location and request.location.segment):
             digest = hashlib.sha256(f"{request.tenant.id}:{request.location.segment}".encode()).hexdigest()
             body = {**body, "prompt_cache_key": "keel-" + digest[:32]}

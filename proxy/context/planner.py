@@ -145,7 +145,7 @@ class ContextPlanner:
                 updates[newest.hash] = update
             fields = {"context_update": update, "context_state": await self.sampler.stored(scope, current)}
         front = render_front(anchor, with_memory=user is not None or not request.tenant.memory.enabled,
-                             marker=None if request.codec.shape == "chat" else "front")
+                             marker="front" if request.shape.places_own_text else None)
         rendered, request = prepend_updates(request, messages[leading:], updates)
         planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(**fields)
         if edited:

@@ -37,13 +37,12 @@ from proxy.respcache.entries import Entries, Entry
 from proxy.respcache.flights import Flight, Flights, Form, Head
 from proxy.respcache.key import Asker, answer_key, canonical
 from proxy.respcache.policy import Decision, decide
-from proxy.respcache.replay import SHAPES, AnswerShape, answer_of, rendered, serves
+from proxy.respcache.replay import AnswerShape, answer_of, rendered, serves
 from proxy.turn import Outcome, Turn
-from proxy.usage import Usage
 
 log = logging.getLogger("keel.respcache")
 HEADER = "x-keel-response-cache"
-RESPONSES = "responses"
+CACHE = "responses"  # this cache's name in the counts (`cache.responses`; the other is embeddings)
 _NOT_SHARED = frozenset({b"x-keel-request-id", HEADER.encode(), b"age"})  # the provider's x-request-id stays
 
 
@@ -70,15 +69,15 @@ class ResponseCache:
         cache, tenant = turn.tenant.cache, turn.tenant.id
         if cache.responses == "off":
             return await produce()
-        shape = SHAPES.get(turn.codec.shape)
+        shape = turn.shape.answers
         wire = turn.view.wire if turn.view is not None else turn.body
-        refused = shape.never(wire) if shape is not None and wire else "unreadable"  # {}: a body too deep to read
+        refused = shape.never(wire) if wire else "unreadable"  # {}: a body too deep to read
         decision = decide(wire, turn.headers, cache, refused)
-        if decision.state == "bypass" or shape is None:
-            self.counts.outcome(tenant, RESPONSES, "bypass")
+        if decision.state == "bypass":
+            self.counts.outcome(tenant, CACHE, "bypass")
             return _tagged(await produce(), label("bypass", decision.reason))
         asker = Asker.of(tenant, turn.scope, turn.end_user, turn.conversation_id, cache.stored.scope == "tenant")
-        key = answer_key(asker, turn.codec.shape, wire, query, turn.headers)
+        key = answer_key(asker, turn.shape.name, wire, query, turn.headers)
         form = form_of(wire)
         reason = ""
         if decision.state == "lookup":
@@ -117,8 +116,8 @@ class ResponseCache:
                    "age": str(max(0, int(time.time() - entry.created)))}
         if entry.conversation:
             headers["x-keel-conversation"] = entry.conversation
-        self.counts.outcome(turn.tenant.id, RESPONSES, "coalesced" if reason else "hit")
-        self.counts.saved(turn.tenant, RESPONSES, entry.model, Usage.read(entry.usage, turn.codec.shape), len(body))
+        self.counts.outcome(turn.tenant.id, CACHE, "coalesced" if reason else "hit")
+        self.counts.saved(turn.tenant, CACHE, entry.model, turn.shape.usage(entry.usage), len(body))
         done(Outcome(status=200, bytes_out=len(body)))
         return Response(body, status_code=200, headers=headers, media_type=media)
 
@@ -134,7 +133,7 @@ class ResponseCache:
             same = head.streamed == form.stream and (not form.stream or form == flight.form)
             if same and flight.shareable and not head.encoded:
                 flight.sharers += 1
-                self.counts.outcome(turn.tenant.id, RESPONSES, "coalesced")
+                self.counts.outcome(turn.tenant.id, CACHE, "coalesced")
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers if k not in _NOT_SHARED}
                 headers |= {"x-keel-request-id": turn.request_id, HEADER: label("hit", "coalesced")}
                 headers.setdefault("x-request-id", turn.request_id)
@@ -157,7 +156,7 @@ class ResponseCache:
                     decision: Decision, produce: Callable[[], Awaitable[Response]], reason: str) -> Response:
         state = "refresh" if decision.state == "refresh" else "miss"
         tag = label(state, decision.reason or reason)
-        self.counts.outcome(turn.tenant.id, RESPONSES, state)
+        self.counts.outcome(turn.tenant.id, CACHE, state)
         if self.flights.get(key) is not None:  # another request took the lead meanwhile: this one goes alone
             return _tagged(await produce(), tag)
         flight = self.flights.start(key, form, turn.tenant.cache.stored.max_entry_bytes)
@@ -195,7 +194,7 @@ class ResponseCache:
             self.flights.land(flight)
             return
         if flight.sharers:
-            self.counts.saved(turn.tenant, RESPONSES, entry.model, Usage.read(entry.usage, turn.codec.shape), 0,
+            self.counts.saved(turn.tenant, CACHE, entry.model, turn.shape.usage(entry.usage), 0,
                               flight.sharers)
         self.spawn(self._keep(turn, key, entry, decision.ttl, flight))
 

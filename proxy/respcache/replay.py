@@ -18,11 +18,8 @@ from typing import Protocol
 import orjson
 
 from proxy.jsontext import Json, JsonObject
-from proxy.respcache.chat import ChatAnswers
 from proxy.respcache.entries import Entry
 from proxy.respcache.flights import Form
-from proxy.respcache.messages import MessagesAnswers
-from proxy.respcache.responses import ResponsesAnswers
 from proxy.sse import Event, EventParser
 
 
@@ -42,10 +39,6 @@ class AnswerShape(Protocol):
     def events(self, body: JsonObject, stream_options: Json) -> bytes:
         """The stream a client of this shape would have received for this answer."""
         ...
-
-
-SHAPES: dict[str, AnswerShape] = {"chat": ChatAnswers(), "responses": ResponsesAnswers(),
-                                  "messages": MessagesAnswers()}
 
 
 def answer_of(shape: AnswerShape, plain: bytes, streamed: bool, wire: JsonObject) -> JsonObject | None:

@@ -11,7 +11,7 @@ from proxy.jsontext import JsonObject
 from proxy.messages import Message
 from proxy.rounds import is_generic
 from proxy.tools.catalog import Catalog
-from proxy.tools.planner import ToolPlan
+from proxy.tools.plan import ToolPlan
 from proxy.tools.ranking import Ranker
 from proxy.tools.search import answer_search
 

@@ -6,30 +6,21 @@ The same framings the round loop uses, fed passively: nothing they write goes an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from proxy.messages import Message
-from proxy.rounds import JsonFraming, StreamFraming
-from proxy.rounds.chat import ChatJson, ChatStream
-from proxy.rounds.messages import MessagesJson, MessagesStream
-from proxy.rounds.responses import ResponsesJson, ResponsesStream
+from proxy.rounds import StreamFraming
 from proxy.sse import Event
 
-
-def framings(shape: str) -> tuple[JsonFraming, Callable[[], StreamFraming]]:
-    """The shape's framings, whole and streamed (no dispatch catalog: the client's calls as sent)."""
-    if shape == "responses":
-        return ResponsesJson(), ResponsesStream
-    if shape == "messages":
-        return MessagesJson(), MessagesStream
-    return ChatJson(), ChatStream
+if TYPE_CHECKING:
+    from proxy.shapes import Shape
 
 
 class AnswerReader:
     """One reply's answer: `body` for a whole one, `feed` then `shown` for a stream."""
 
-    def __init__(self, shape: str) -> None:
-        self._json, self._stream_type = framings(shape)
+    def __init__(self, shape: Shape) -> None:
+        self._json, self._stream_type = shape.framings()  # no dispatch catalog: the client's calls as sent
         self._stream: StreamFraming | None = None
 
     def body(self, raw: bytes) -> Message | None:

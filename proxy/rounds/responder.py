@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from prometheus_client import Gauge
 from starlette.responses import Response, StreamingResponse
@@ -27,28 +27,16 @@ from proxy.jsontext import Json, JsonObject
 from proxy.messages import Message, called_in_order, newest_user_index, newest_user_text
 from proxy.metrics import Metrics
 from proxy.relay import INSPECT_LIMIT, client_headers, read_limited, relay, relay_rest
-from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_usage, is_generic, is_search, readers, retry_after
-from proxy.rounds.chat import ChatJson, ChatStream
+from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_usage, is_generic, is_search, retry_after
 from proxy.rounds.loop import Loop
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.tools.learned import LearnedPhrases, scope_of
-from proxy.tools.planner import ToolPlan
+from proxy.tools.plan import ToolPlan
 from proxy.tools.ranking import Ranker
 from proxy.turn import Accounting, Exchange, Outcome, Turn, encode
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.tools")
-SHAPES = ("chat", "responses", "messages")  # the API shapes whose answers the round loop reads
-
-
-def framings(shape: str, plan: ToolPlan) -> tuple[JsonFraming, Callable[[], StreamFraming]]:
-    """The shape's framings; under dispatch, chat's rewrite generic calls into the client's own."""
-    catalog = plan.catalog if plan.dispatch else None
-    if shape == "chat" and catalog is not None:
-        return ChatJson(catalog), lambda: ChatStream(catalog=catalog)
-    return readers.framings(shape)
-
-
 class ToolSearchResponder:
     def __init__(self, plan: ToolPlan, ranker: Ranker, conversations: Conversations, metrics: Metrics,
                  learned: LearnedPhrases | None = None) -> None:
@@ -107,12 +95,12 @@ class ToolSearchResponder:
 
     async def respond(self, request: Turn, exchange: Exchange) -> Response:
         loop = self._loop(request)
-        json, stream = framings(request.codec.shape, self.plan)
+        json, stream = request.shape.framings(self.plan.catalog if self.plan.dispatch else None)
         first = decoded(await exchange.send(exchange.content or encode(request.wire_body(loop.body))))  # read as meant
         kind = header(first, "content-type")
         if first.status != 200 or not kind.startswith(("application/json", "text/event-stream")):
             return await relay(first, exchange.request_id, exchange.done, request.response_headers,
-                               shape=request.codec.shape)
+                               shape=request.shape)
         if kind.startswith("text/event-stream"):
             headers = client_headers(first, exchange.request_id) | dict(request.response_headers)
             gauge = self.metrics.streams_open.labels(request.tenant.id)
@@ -127,7 +115,7 @@ class ToolSearchResponder:
             self._failed(request, exc)
             await first.aclose()
             return await relay(await exchange.send(exchange.client_raw), exchange.request_id, exchange.done,
-                               shape=request.codec.shape)
+                               shape=request.shape)
 
     def _failed(self, request: Turn, exc: BaseException) -> None:
         log.warning("responder_failed", exc_info=exc, extra={"tenant": request.tenant.id,
@@ -193,7 +181,7 @@ class ToolSearchResponder:
             upstream = decoded(await exchange.send(encode(request.wire_body(loop.body))))
             if upstream.status != 200:
                 return await relay(upstream, exchange.request_id, exchange.done, request.response_headers,
-                                   shape=request.codec.shape)
+                                   shape=request.shape)
             kind = header(upstream, "content-type")
             if not kind.startswith("application/json"):  # an HTML page from a CDN is no answer to relay as JSON
                 await upstream.aclose()
@@ -253,7 +241,7 @@ class ToolSearchResponder:
         first: Json = None
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        shape = request.codec.shape
+        shape = request.shape
         try:
             try:
                 while True:
@@ -313,7 +301,7 @@ class ToolSearchResponder:
                     yield chunk
         except ProxyError as exc:
             outcome.error = exc.code
-            yield exc.event(shape)
+            yield shape.error_event(exc)
         finally:
             gauge.dec()
             await upstream.aclose()

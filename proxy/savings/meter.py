@@ -216,7 +216,7 @@ class TurnMeter:
         kind = "tool_results" if isinstance(last, dict) and last.get("role") == "tool" else location.kind.value
         facts = TurnFacts(
             at=self.started, tenant=planned.tenant.id, conversation=location.conversation,
-            request_id=planned.request_id, shape=planned.codec.shape, model=model, kind=kind,
+            request_id=planned.request_id, shape=planned.shape.name, model=model, kind=kind,
             usage=usage, first=first, segment=location.segment, stream=planned.stream, rounds=rounds,
             offered=plan.offered if plan is not None else len(client_tools or []) if isinstance(client_tools, list)
             else 0, surfaced=surfaced, found=found, called=called,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from proxy import jsontext
 from proxy.config import TenantConfig
@@ -32,6 +32,7 @@ from proxy.tools.choice import read_choice
 from proxy.tools.deferral import client_deferral, client_searches
 from proxy.tools.gate import FOLLOW_UP_FLOOR, follow_up
 from proxy.tools.learned import SEQUENCE_SEEN, LearnedPhrases, scope_of
+from proxy.tools.plan import ToolPlan
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
@@ -52,17 +53,6 @@ CUT_AT_DROP = 0.2  # ship only the tools before the largest relative score drop 
 PREREQUISITE_LEADS = 2  # the leading picks whose unsaid previous step ships with them
 PREREQUISITES = 2  # at most this many such steps per turn
 LEXICAL = LexicalRanker()  # what `afresh` ranks with: in process, nothing to wait for
-
-
-@dataclass(frozen=True)
-class ToolPlan:
-    catalog: Catalog
-    surfaced: tuple[str, ...]
-    deferred: tuple[str, ...]
-    offered: int
-    outcome: str  # ranked | ranking_fallback (lexical, the backend failed) | no_tool_needed | not_ranked | segment
-    dispatch: bool = False  # later tools are called through call_tool; the block never changes
-    shown: frozenset[str] = frozenset()  # outside the block, tools whose schema the model has seen this segment
 
 
 def required_call(ranking: Ranking, candidates: Sequence[int], shortlist: int) -> Ranking:
@@ -130,7 +120,6 @@ class ToolPlanner:
         self.ranker_for = ranker_for
         self.metrics = metrics
         self.responder_for = responder_for
-        self.shapes: tuple[str, ...] = ("chat", "responses", "messages")  # shapes the responder reads
 
     def applies(self, request: Turn) -> bool:
         return self.for_tenant(request.tenant)
@@ -149,13 +138,11 @@ class ToolPlanner:
 
     async def _plan(self, request: Turn, stored: bool) -> Turn:
         cfg = request.tenant.tools
-        if request.codec.shape not in self.shapes:  # no responder answers tool_search in this shape yet
-            return request
         if client_searches(request.body):  # the client finds its own deferred tools: its tools go as sent
             return request
         deferral = client_deferral(request.body)
         if deferral is not None:  # the client deferred tools itself
-            if request.tenant.upstream.searches_natively(request.codec.shape):
+            if request.tenant.upstream.searches_natively(request.shape.native_search_host):
                 return request  # the provider searches: the request goes as the client wrote it
             body = {**request.body, "tools": list(deferral.loaded)}
             if "foreign_tools" in body:  # the codec renders these (chat has none)
@@ -223,7 +210,7 @@ class ToolPlanner:
         """Responses: a `previous_response_id` a Keel-answered stream showed the client is the
         first of its rounds; the upstream stored the whole exchange under the last one."""
         shown = request.body.get("previous_response_id")
-        if request.codec.shape != "responses" or not isinstance(shown, str) or self.conversations is None:
+        if not request.shape.continues_by_id or not isinstance(shown, str) or self.conversations is None:
             return request
         stored = await self.conversations.stored_response(request.owner + "/" + request.tenant.id, shown)
         return request if stored is None else request.with_body({**request.body, "previous_response_id": stored})

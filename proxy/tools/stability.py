@@ -149,6 +149,6 @@ def policy_for(request: Turn) -> BlockPolicy:
     if request.location is None:
         return _POLICIES["per_turn"]
     policy = _POLICIES[request.tenant.tools.stability]
-    if policy.dispatch and request.codec.shape != "chat":
+    if policy.dispatch and not request.shape.dispatches:
         return _POLICIES["segment"]
     return policy

@@ -134,25 +134,23 @@ async def test_relay_passes_json_whole_and_drops_hop_by_hop_headers() -> None:
 
 
 async def test_relay_ends_a_broken_stream_with_one_error_event() -> None:
-    import re
 
     outcomes: list[Outcome] = []
     upstream = FakeUpstream([b'data: {"x":1}\n\n', b'data: {"y"'], "text/event-stream", fail=True)
-    response = await relay(upstream, "rid", outcomes.append, stream_end=re.compile(rb"data: \[DONE\]"))  # type: ignore[arg-type]
+    response = await relay(upstream, "rid", outcomes.append, expect_end=True)  # type: ignore[arg-type]
     body = await _body(response)
     assert body.startswith(b'data: {"x":1}\n\ndata: {"y"\n\ndata: {"error"') and body.count(b'"error"') == 1
     assert outcomes[0].error == "upstream_reset"
 
 
 async def test_relay_reports_a_stream_cut_before_its_end_marker() -> None:
-    import re
 
     outcomes: list[Outcome] = []
     upstream = FakeUpstream([b'data: {"x":1}\n\n'], "text/event-stream")
-    response = await relay(upstream, "rid", outcomes.append, stream_end=re.compile(rb"data: \[DONE\]"))  # type: ignore[arg-type]
+    response = await relay(upstream, "rid", outcomes.append, expect_end=True)  # type: ignore[arg-type]
     assert b"upstream_stream_incomplete" in await _body(response)
     complete = FakeUpstream([b'data: {"x":1}\n\n', b"data: [DONE]\n\n"], "text/event-stream")
-    again = await relay(complete, "rid", outcomes.append, stream_end=re.compile(rb"data: \[DONE\]"))  # type: ignore[arg-type]
+    again = await relay(complete, "rid", outcomes.append, expect_end=True)  # type: ignore[arg-type]
     assert b"error" not in await _body(again)
 
 
