@@ -22,7 +22,7 @@ import orjson
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response
 
 from proxy.accounting import CacheAccounting
 from proxy.callers import ProvenCallers
@@ -55,7 +55,7 @@ from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import Owners, checkable
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
-from proxy.relay import provider_request_id, relay, upstream_headers
+from proxy.relay import Outcome, Writer, error_response, provider_request_id, upstream_headers
 from proxy.respcache.admin import CacheAdmin
 from proxy.respcache.answers import ResponseCache
 from proxy.respcache.counts import CacheCounts
@@ -79,7 +79,7 @@ from proxy.tools.learned import LearnedPhrases
 from proxy.tools.planner import ToolPlanner
 from proxy.tools.rankers import Rankers
 from proxy.tools.ranking import Ranker
-from proxy.turn import Exchange, Outcome, Turn
+from proxy.turn import Exchange, Turn
 from proxy.upstream import Upstream, UpstreamResponse
 
 log = logging.getLogger("keel.access")
@@ -253,8 +253,8 @@ class Keel:
             embeddings = shape is None and self.embeddings.applies(caller, request.method, path)
             if (shape is not None or embeddings) and "accept-encoding" in headers:  # Keel reads these: what it decodes
                 headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
-            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
-                                 upstream_ids)
+            writer = Writer(rid, self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
+                                               upstream_ids), shape or CHAT, self.metrics.streams_open.labels(tenant.id))
 
             async def send(content: bytes | None) -> UpstreamResponse:
                 try:
@@ -269,12 +269,12 @@ class Keel:
                 return response
 
             if embeddings:
-                return await self.embeddings.serve(caller, raw, request.headers, send, rid, done, query)
+                return await self.embeddings.serve(caller, raw, request.headers, send, writer, query)
             if shape is None:
                 if reached is not None and (reached.kind == "action" or (reached.kind in ("create", "object") and raw
                                             and "json" in request.headers.get("content-type", ""))):
                     await self.owners.check(owner, checkable(raw, owner))  # a stored-object route's body names objects
-                relayed = await self.relay_counted(await send(raw or None), rid, done, tenant.id)
+                relayed = await writer.relay(await send(raw or None))
                 if reached is not None and (reached.kind == "create" or reached.items):
                     return await self.owners.watch(owner, relayed, items=reached.items)
                 return relayed
@@ -282,7 +282,7 @@ class Keel:
                                 self.pipeline.might_plan)
 
             def answer() -> Awaitable[Response]:  # from the response cache (proxy/respcache), else planned and relayed
-                return self.answers.serve(parsed, lambda: self._turn(parsed, raw, send, rid, done), done, query)
+                return self.answers.serve(parsed, lambda: self._turn(parsed, raw, send, writer), writer, query)
 
             if not caller.keyed:  # a passthrough caller's own provider key: the provider tells callers apart
                 return await answer()
@@ -295,17 +295,16 @@ class Keel:
             answered = await answer()
             return answered if events is None else await self.owners.watch(owner, answered, events=events)
         except ProxyError as exc:
-            done = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
-                                 upstream_ids)
-            done(Outcome(status=exc.status, error=exc.code))
-            return error_response(exc, rid, shape or CHAT)
+            finish = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
+                                   upstream_ids)
+            return Writer(rid, finish, shape or CHAT).error(exc)
 
     async def _turn(self, parsed: Turn, raw: bytes, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
-                    rid: str, done: Callable[[Outcome], None]) -> Response:
+                    writer: Writer) -> Response:
         """Plan a parsed turn, send it, and relay (or answer) what comes back."""
         tenant = parsed.tenant
         if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
-            log.debug("request_body", extra={"request_id": rid, "body": raw[:16384].decode(errors="replace")})
+            log.debug("request_body", extra={"request_id": writer.request_id, "body": raw[:16384].decode(errors="replace")})
         trace = Trace()
         TRACE.set(trace)  # this request's task only: the rankers report their scores to it
         unproven = tenant.auth.passthrough and not await self.callers.known(tenant.id, parsed.scope)
@@ -323,12 +322,10 @@ class Keel:
             meter = self.meter.turn(parsed, planned, trace) if self.config.savings.enabled else None
             account = CacheAccounting(self.metrics, planned, meter, self.conversations.proofs)
             if meter is not None:
-                done = _then(done, meter.ended)
+                writer.then(meter.ended)
         if planned.responder is not None:
-            return await self.respond(planned, Exchange(send, rid, done, content, raw, account))
-        response = await send(content)
-        return await self.relay_counted(response, rid, done, tenant.id, planned.response_headers, account,
-                                        parsed.shape, parsed.stream)
+            return await self.respond(planned, Exchange(send, writer, content, raw, account))
+        return await writer.relay(await send(content), planned.response_headers, account, parsed.stream)
 
     def _proving(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]], tenant: str,
                  scope: str) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:
@@ -362,29 +359,6 @@ class Keel:
 
         return accepted
 
-    async def relay_counted(
-        self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None], tenant: str,
-        extra_headers: Mapping[str, str] | None = None,
-        accounting: CacheAccounting | None = None,
-        shape: Shape = CHAT,
-        expect_end: bool = False,
-    ) -> Response:
-        gauge = self.metrics.streams_open.labels(tenant)
-
-        def finish(outcome: Outcome) -> None:
-            if outcome.streamed:
-                gauge.dec()
-            done(outcome)
-
-        try:
-            relayed = await relay(response, rid, finish, extra_headers, accounting, shape, expect_end)
-        except BaseException:
-            await response.aclose()
-            raise
-        if isinstance(relayed, StreamingResponse):
-            gauge.inc()  # the body generator (and with it `finish`) starts only after we return
-        return relayed
-
     async def respond(self, planned: Turn, exchange: Exchange) -> Response:
         """A planner's responder, guarded like every stage: one that fails before it has answered
         leaves the turn to the client's own request, relayed as usual."""
@@ -397,8 +371,7 @@ class Keel:
             log.warning("responder_failed", exc_info=exc, extra={"tenant": planned.tenant.id,
                                                                   "request_id": planned.request_id})
             self.metrics.planner_failures.labels(planned.tenant.id, "responder").inc()
-            response = await exchange.send(exchange.client_raw)
-            return await self.relay_counted(response, exchange.request_id, exchange.done, planned.tenant.id)
+            return await exchange.writer.relay(await exchange.send(exchange.client_raw))
 
     @staticmethod
     async def _encode(planned: Turn, parsed: Turn) -> bytes:
@@ -430,24 +403,11 @@ class Keel:
         await self.store.close()
 
 
-def _then(done: Callable[[Outcome], None], after: Callable[[], None]) -> Callable[[Outcome], None]:
-    def both(outcome: Outcome) -> None:
-        done(outcome)
-        after()
-
-    return both
-
-
 def _loopback(host: str | None) -> bool:
     try:
         return host is not None and ipaddress.ip_address(host.removeprefix("::ffff:")).is_loopback
     except ValueError:
         return False
-
-
-def error_response(exc: ProxyError, rid: str | None = None, shape: Shape = CHAT) -> Response:
-    headers = {"x-request-id": rid, "x-keel-request-id": rid} if rid else None
-    return Response(shape.error_body(exc), status_code=exc.status, media_type="application/json", headers=headers)
 
 
 def create_app(

@@ -1,4 +1,5 @@
-"""Relaying: headers in both directions and the upstream's body back to the client.
+"""Relaying: headers in both directions, the upstream's body back to the client, and the one
+writer of every answer a client gets (`Writer`).
 
 The body goes back exactly as the upstream sent it (still content-encoded): read whole for
 JSON up to `INSPECT_LIMIT` (so its usage can be accounted and headers set), passed on chunk
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.responses import Response, StreamingResponse
 
@@ -21,12 +23,12 @@ from proxy.credentials import CREDENTIAL_HEADERS
 from proxy.encoding import Decoder, ReplyEncodingError, coding, decode_all, is_encoded
 from proxy.errors import ProxyError, UpstreamConnectError
 from proxy.shapes.chat import CHAT
+from proxy.upstream import UpstreamResponse, header
 
 if TYPE_CHECKING:
-    from proxy.accounting import CacheAccounting
+    from prometheus_client import Gauge
+
     from proxy.shapes import Shape
-from proxy.turn import Outcome
-from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.relay")
 INSPECT_LIMIT = 4 * 1024 * 1024  # bytes of a JSON reply Keel holds to read it; beyond, it streams through unread
@@ -72,41 +74,145 @@ def _streams(response: UpstreamResponse) -> bool:
     return not content_type.startswith(("application/json", "text/plain", "text/html"))
 
 
-async def relay(
-    response: UpstreamResponse,
-    request_id: str,
-    on_done: Callable[[Outcome], None],
-    extra_headers: Mapping[str, str] | None = None,
-    accounting: CacheAccounting | None = None,
-    shape: Shape = CHAT,
-    expect_end: bool = False,
-) -> Response:
-    """`accounting` reads the upstream's usage from the body or the stream as it passes;
-    `shape`: the API shape of the answer (its error events); `expect_end`: a stream of it must end
-    with its end marker (`Shape.stream_end`), or it gets an error event: the answer was cut."""
-    headers = client_headers(response, request_id)
-    if extra_headers:
-        headers.update(extra_headers)
-    outcome = Outcome(status=response.status)
-    prefix, rest = b"", None
-    if not _streams(response):
-        prefix, rest = await read_limited(response, INSPECT_LIMIT)
-        if rest is None:
-            outcome.bytes_out = len(prefix)
-            if accounting is not None and response.status == 200:
-                plain = _plain(response, prefix)
-                if plain is not None:
-                    headers.update(accounting.from_body(plain))
-                    await accounting.settled()  # what was relayed is on record before the client has it
-            on_done(outcome)
-            return Response(prefix, status_code=response.status, headers=headers)
-    outcome.streamed = True
-    is_sse = header(response, "content-type").startswith("text/event-stream")
-    watch = accounting if is_sse and response.status == 200 else None
-    end = shape.stream_end if expect_end and is_sse and response.status == 200 else None
-    reader = _Reader(response) if is_sse else None
-    return StreamingResponse(_stream(response, outcome, on_done, is_sse, watch, prefix, rest, end, shape,
-                                     reader), status_code=response.status, headers=headers)
+@dataclass
+class Outcome:
+    """What one response came to, for the access log and metrics."""
+
+    status: int = 0
+    bytes_out: int = 0
+    error: str | None = None
+    streamed: bool = False
+
+
+class Watch(Protocol):
+    """What reads the upstream's usage from a relayed answer as it passes (`proxy.accounting`)."""
+
+    ended: bool  # the answer's last event has been read whole
+
+    def from_body(self, body: bytes) -> Mapping[str, str]: ...
+
+    def watch(self, chunk: bytes) -> None: ...
+
+    def finish(self) -> None: ...
+
+    async def settled(self) -> None: ...
+
+
+class Writer:
+    """The one writer of what a client gets for a request: every answer, relayed from the upstream
+    or Keel's own (a round loop's, a cached one, an error), whole or streamed, goes out here. Each
+    is reported once, when its last byte is out (`done`); a stream counts among the open ones
+    while it runs, and one that breaks ends with one error event in the client's API shape."""
+
+    def __init__(self, request_id: str, done: Callable[[Outcome], None], shape: Shape = CHAT,
+                 streams_open: Gauge | None = None) -> None:
+        self.request_id = request_id
+        self.shape = shape
+        self._done = [done]
+        self._streams_open = streams_open
+
+    def then(self, after: Callable[[], None]) -> None:
+        """Run `after` once the response is reported (the savings meter's turn ends there)."""
+        self._done.append(lambda outcome: after())
+
+    def _report(self, outcome: Outcome) -> None:
+        for done in self._done:
+            done(outcome)
+
+    def whole(self, body: bytes, status: int, headers: Mapping[str, str] | None = None,
+              media_type: str | None = None) -> Response:
+        self._report(Outcome(status=status, bytes_out=len(body)))
+        return Response(body, status_code=status, headers=headers, media_type=media_type)
+
+    def error(self, exc: ProxyError) -> Response:
+        """A request Keel refuses or cannot complete: the error in the client's API shape."""
+        self._report(Outcome(status=exc.status, error=exc.code))
+        return error_response(exc, self.request_id, self.shape)
+
+    def stream(self, chunks: AsyncIterator[bytes], status: int, headers: Mapping[str, str], *,
+               events: bool = True, encoded: bool = False) -> StreamingResponse:
+        """`chunks` as they come. A `ProxyError` they raise ends an event stream (`events`) with
+        one error event; an encoded body cannot carry a plain event, so its connection is cut
+        (the client's HTTP library reports it); any other body just ends there."""
+        outcome = Outcome(status=status, streamed=True)
+        if self._streams_open is not None:
+            self._streams_open.inc()  # the body (and with it the matching dec) starts once returned
+        return StreamingResponse(self._written(chunks, outcome, events, encoded), status_code=status,
+                                 headers=headers)
+
+    async def _written(self, chunks: AsyncIterator[bytes], outcome: Outcome, events: bool,
+                       encoded: bool) -> AsyncIterator[bytes]:
+        last = b""  # the newest bytes out: an error event must start after a blank line
+        try:
+            async for chunk in chunks:
+                outcome.bytes_out += len(chunk)
+                last = (last + chunk)[-4:]
+                yield chunk
+        except ProxyError as exc:
+            outcome.error = exc.code
+            log.warning("stream_broken", extra={"request_id": self.request_id, "error": exc.message})
+            if encoded:
+                raise
+            if events:  # after a blank line, so that a half-sent event cannot swallow it
+                separator = b"\n\n" if last and not last.endswith((b"\n\n", b"\r\n\r\n")) else b""
+                yield separator + self.shape.error_event(exc)
+        except BaseException:  # the client went away: cancelled mid-stream
+            outcome.error = "client_disconnected"
+            raise
+        finally:
+            if isinstance(chunks, AsyncGenerator):  # closed now, not by the collector, when the client left early
+                await chunks.aclose()
+            if self._streams_open is not None:
+                self._streams_open.dec()
+            self._report(outcome)
+
+    async def relay(self, response: UpstreamResponse, extra_headers: Mapping[str, str] | None = None,
+                    accounting: Watch | None = None, expect_end: bool = False) -> Response:
+        """The upstream's reply as it came (still content-encoded): JSON read whole up to
+        `INSPECT_LIMIT`, anything else chunk by chunk. `accounting` reads its usage from the body
+        or the stream as it passes; `expect_end`: a stream must end with its shape's end marker
+        (`Shape.stream_end`), else it gets an error event: the answer was cut."""
+        try:
+            headers = client_headers(response, self.request_id)
+            if extra_headers:
+                headers.update(extra_headers)
+            prefix, rest = b"", None
+            if not _streams(response):
+                prefix, rest = await read_limited(response, INSPECT_LIMIT)
+                if rest is None:
+                    if accounting is not None and response.status == 200:
+                        plain = _plain(response, prefix)
+                        if plain is not None:
+                            headers.update(accounting.from_body(plain))
+                            await accounting.settled()  # what was relayed is on record before the client has it
+                    return self.whole(prefix, response.status, headers)
+            is_sse = header(response, "content-type").startswith("text/event-stream")
+            watch = accounting if is_sse and response.status == 200 else None
+            end = self.shape.stream_end if expect_end and is_sse and response.status == 200 else None
+            reader = _Reader(response) if is_sse else None
+            return self.stream(_relayed(response, watch, prefix, rest, end, reader), response.status, headers,
+                               events=is_sse, encoded=reader is not None and reader.encoded)
+        except BaseException:
+            await response.aclose()
+            raise
+
+    def rest(self, response: UpstreamResponse, prefix: bytes, rest: AsyncIterator[bytes],
+             headers: Mapping[str, str]) -> Response:
+        """A body already partly read (`read_limited` ran out of room): the part, then the rest as it comes."""
+        return self.stream(_relayed(response, None, prefix, rest), response.status, headers, events=False)
+
+
+async def relay(response: UpstreamResponse, request_id: str, on_done: Callable[[Outcome], None],
+                extra_headers: Mapping[str, str] | None = None, accounting: Watch | None = None,
+                shape: Shape = CHAT, expect_end: bool = False) -> Response:
+    """One reply relayed by a writer of its own (`Writer.relay`)."""
+    return await Writer(request_id, on_done, shape).relay(response, extra_headers, accounting, expect_end)
+
+
+def error_response(exc: ProxyError, rid: str | None = None, shape: Shape = CHAT) -> Response:
+    """An error in an API shape's JSON (OpenAI's unless `shape` says otherwise), with Keel's request id."""
+    headers = {"x-request-id": rid, "x-keel-request-id": rid} if rid else None
+    return Response(shape.error_body(exc), status_code=exc.status, media_type="application/json", headers=headers)
 
 
 def _plain(response: UpstreamResponse, body: bytes) -> bytes | None:
@@ -144,14 +250,6 @@ class _Reader:
             return b""
 
 
-def relay_rest(response: UpstreamResponse, prefix: bytes, rest: AsyncIterator[bytes], headers: Mapping[str, str],
-               on_done: Callable[[Outcome], None]) -> Response:
-    """A body already partly read (`read_limited` ran out of room): the part, then the rest as it comes."""
-    outcome = Outcome(status=response.status, streamed=True)
-    return StreamingResponse(_stream(response, outcome, on_done, False, None, prefix, rest),
-                             status_code=response.status, headers=headers)
-
-
 async def read_limited(response: UpstreamResponse, limit: int) -> tuple[bytes, AsyncIterator[bytes] | None]:
     """The whole body when it fits in `limit` (and None); else what was read, and the rest to stream."""
     chunks: list[bytes] = []
@@ -170,20 +268,19 @@ async def read_limited(response: UpstreamResponse, limit: int) -> tuple[bytes, A
     return b"".join(chunks), None
 
 
-async def _stream(
-    response: UpstreamResponse, outcome: Outcome, on_done: Callable[[Outcome], None], is_sse: bool,
-    accounting: CacheAccounting | None = None, prefix: bytes = b"", rest: AsyncIterator[bytes] | None = None,
-    stream_end: re.Pattern[bytes] | None = None, shape: Shape = CHAT, reader: _Reader | None = None,
+async def _relayed(
+    response: UpstreamResponse, accounting: Watch | None = None, prefix: bytes = b"",
+    rest: AsyncIterator[bytes] | None = None, stream_end: re.Pattern[bytes] | None = None, reader: _Reader | None = None,
 ) -> AsyncIterator[bytes]:
+    """The upstream's body as it comes (after `prefix`, what was read of it already), its usage
+    watched as it passes; raises `UpstreamConnectError` for a stream that ends before its end
+    marker (the writer turns it into an error event)."""
     tail = b""  # the newest decoded bytes: where the end marker and an error event are looked for
     ended = False  # the stream's end marker went by (it may sit far from the last bytes: a big last event)
-    encoded = reader is not None and reader.encoded
     try:
         if prefix:  # what was read before the body turned out too large to hold
-            outcome.bytes_out += len(prefix)
             yield prefix
         async for chunk in rest if rest is not None else response.iter_raw():
-            outcome.bytes_out += len(chunk)
             if reader is not None and chunk:
                 plain = reader.plain(chunk)
                 if accounting is not None and plain:
@@ -191,10 +288,9 @@ async def _stream(
                     if accounting.ended:  # the answer is whole: on record before its end goes out
                         accounting.finish()
                         await accounting.settled()
-                if is_sse and plain:
-                    if stream_end is not None and not ended:
-                        ended = bool(stream_end.search(tail[-64:] + plain))
-                    tail = (tail + plain)[-256:]
+                if plain and stream_end is not None and not ended:
+                    ended = bool(stream_end.search(tail[-64:] + plain))
+                tail = (tail + plain)[-256:] if plain else tail
             yield chunk
         if reader is not None and not reader.readable:
             return  # nothing more can be said of a stream Keel could not read
@@ -203,17 +299,5 @@ async def _stream(
         if stream_end is not None and not ended and b'"error"' not in tail:
             raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may be cut short",
                                        code="upstream_stream_incomplete")
-    except ProxyError as exc:
-        outcome.error = exc.code
-        log.warning("upstream_stream_broken", extra={"error": exc.message})
-        if encoded:  # a plain event inside an encoded body would be garbage: cut the connection instead
-            raise
-        if is_sse:  # after a blank line, so that a half-sent event cannot swallow it
-            separator = b"\n\n" if tail and not tail.endswith((b"\n\n", b"\r\n\r\n")) else b""
-            yield separator + shape.error_event(exc)
-    except BaseException:  # the client went away: cancelled mid-stream
-        outcome.error = "client_disconnected"
-        raise
     finally:
         await response.aclose()
-        on_done(outcome)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.responses import Response
 
@@ -25,17 +25,10 @@ from proxy.shapes import Shape
 from proxy.shapes.chat import CHAT
 from proxy.upstream import UpstreamResponse
 
+if TYPE_CHECKING:
+    from proxy.relay import Writer
+
 MAX_LABEL = 128  # the longest conversation id shown (and stored) as the client sent it
-
-
-@dataclass
-class Outcome:
-    """What one relayed response came to, for the access log and metrics."""
-
-    status: int = 0
-    bytes_out: int = 0
-    error: str | None = None
-    streamed: bool = False
 
 
 class Accounting(Protocol):
@@ -51,11 +44,11 @@ class Accounting(Protocol):
 
 @dataclass(frozen=True)
 class Exchange:
-    """What a responder needs from the app: a way to call the upstream, and to report the outcome."""
+    """What a responder needs from the app: a way to call the upstream, and the one way out
+    (`proxy.relay.Writer`: every answer the client gets, counted once)."""
 
     send: Callable[[bytes], Awaitable[UpstreamResponse]]
-    request_id: str
-    done: Callable[[Outcome], None]
+    writer: Writer
     content: bytes = b""  # the planned body, as encoded for the upstream
     client_raw: bytes = b""  # the client's own body: what a failing responder falls back to
     accounting: Accounting | None = None  # the turn's usage, metered once (None: metrics only)

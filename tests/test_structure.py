@@ -169,3 +169,37 @@ def test_the_check_sees_a_shape_comparison(tmp_path: Path) -> None:
     (tmp_path / "planner.py").write_text('def f(shape):\n    return shape == "messages" or shape in ("chat",)\n')
     (tmp_path / "fields.py").write_text('def g(body):\n    return "messages" in body\n')
     assert shape_comparisons(tmp_path) == ["planner.py:2", "planner.py:2"]
+
+
+# Modules that answer Keel's own routes (health, metrics, the savings page, the memory API, the
+# cache admin) and the stand-in provider, a server of its own: the rest answers through relay.py.
+OWN_ROUTES = ("app.py", "savings/page.py", "memory/api.py", "respcache/admin.py", "standin/")
+
+
+def response_writers(root: Path = PROXY) -> list[str]:
+    """Every place outside relay.py (and the modules above) that builds a starlette response."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = str(path.relative_to(root))
+        if relative == "relay.py" or relative.startswith(OWN_ROUTES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else (
+                    node.func.attr if isinstance(node.func, ast.Attribute) else "")
+                if name in ("Response", "StreamingResponse", "JSONResponse"):
+                    found.append(f"{relative}:{node.lineno}")
+    return found
+
+
+def test_relay_is_the_one_writer_of_answers() -> None:
+    """Every answer a client gets on an API route (relayed, the round loop's, a cached one, an
+    error) is written by `relay.Writer`: counted once, streams on the gauge, errors in the shape."""
+    assert response_writers() == []
+
+
+def test_the_check_sees_a_response_written_elsewhere(tmp_path: Path) -> None:
+    (tmp_path / "rounds").mkdir()
+    (tmp_path / "rounds" / "responder.py").write_text("def f(raw):\n    return Response(raw, status_code=200)\n")
+    (tmp_path / "relay.py").write_text("def g(raw):\n    return Response(raw)\n")
+    assert response_writers(tmp_path) == ["rounds/responder.py:2"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 
 import orjson
@@ -32,13 +32,14 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.encoding import ReplyEncodingError, decode_all
 from proxy.jsontext import JsonObject
+from proxy.relay import Writer
 from proxy.respcache.counts import CacheCounts
 from proxy.respcache.entries import Entries, Entry
 from proxy.respcache.flights import Flight, Flights, Form, Head
 from proxy.respcache.key import Asker, answer_key, canonical
 from proxy.respcache.policy import Decision, decide
 from proxy.respcache.replay import AnswerShape, answer_of, rendered, serves
-from proxy.turn import Outcome, Turn
+from proxy.turn import Turn
 
 log = logging.getLogger("keel.respcache")
 HEADER = "x-keel-response-cache"
@@ -62,7 +63,7 @@ class ResponseCache:
         self.flights = Flights()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def serve(self, turn: Turn, produce: Callable[[], Awaitable[Response]], done: Callable[[Outcome], None],
+    async def serve(self, turn: Turn, produce: Callable[[], Awaitable[Response]], writer: Writer,
                     query: str = "") -> Response:
         """The answer to a parsed turn: from the cache, from a flight in progress, or `produce()`d
         (planned and relayed as usual) and kept when it is whole."""
@@ -83,13 +84,13 @@ class ResponseCache:
         if decision.state == "lookup":
             reason, entry = await self._look(tenant, key, form, decision)
             if entry is not None:
-                return self._hit(turn, shape, entry, form, done)
+                return self._hit(turn, shape, entry, form, writer)
         flight = self.flights.get(key)
         if flight is not None and flight.entry is not None:  # landed, on its way to the store
             if decision.state == "lookup" and serves(flight.entry, form):
-                return self._hit(turn, shape, flight.entry, form, done)
+                return self._hit(turn, shape, flight.entry, form, writer)
         elif flight is not None:  # in flight: share it
-            followed = await self._follow(turn, shape, flight, form, done)
+            followed = await self._follow(turn, shape, flight, form, writer)
             if followed is not None:
                 return followed
         return await self._lead(turn, shape, wire, key, form, decision, produce, reason)
@@ -109,7 +110,7 @@ class ResponseCache:
             return "no-usage", None
         return "", entry
 
-    def _hit(self, turn: Turn, shape: AnswerShape, entry: Entry, form: Form, done: Callable[[Outcome], None],
+    def _hit(self, turn: Turn, shape: AnswerShape, entry: Entry, form: Form, writer: Writer,
              reason: str = "") -> Response:
         body, media = rendered(shape, entry, form)
         headers = {"x-request-id": turn.request_id, "x-keel-request-id": turn.request_id, HEADER: label("hit", reason),
@@ -118,11 +119,10 @@ class ResponseCache:
             headers["x-keel-conversation"] = entry.conversation
         self.counts.outcome(turn.tenant.id, CACHE, "coalesced" if reason else "hit")
         self.counts.saved(turn.tenant, CACHE, entry.model, turn.shape.usage(entry.usage), len(body))
-        done(Outcome(status=200, bytes_out=len(body)))
-        return Response(body, status_code=200, headers=headers, media_type=media)
+        return writer.whole(body, 200, headers, media)
 
     async def _follow(self, turn: Turn, shape: AnswerShape, flight: Flight, form: Form,
-                      done: Callable[[Outcome], None]) -> Response | None:
+                      writer: Writer) -> Response | None:
         """Share a flight's answer: its bytes when this client wants the same form, else the whole
         answer converted once it is in; None when it has none to share (this request goes on its own)."""
         flight.waiting += 1
@@ -140,13 +140,11 @@ class ResponseCache:
                 if not head.streamed:
                     await flight.finished.wait()
                     body = flight.body
-                    done(Outcome(status=head.status, bytes_out=len(body)))
-                    return Response(body, status_code=head.status, headers=headers)
-                return StreamingResponse(_counted(flight.read(flight.join()), head.status, done),
-                                         status_code=head.status, headers=headers)
+                    return writer.whole(body, head.status, headers)
+                return writer.stream(flight.read(flight.join()), head.status, headers, events=False)
             await flight.finished.wait()
             if flight.entry is not None and serves(flight.entry, form):
-                return self._hit(turn, shape, flight.entry, form, done, "coalesced")
+                return self._hit(turn, shape, flight.entry, form, writer, "coalesced")
             return None
         finally:
             flight.waiting -= 1
@@ -237,17 +235,3 @@ def _entry(shape: AnswerShape, raw: bytes, head: Head, encoding: str, wire: Json
 def _tagged(response: Response, value: str) -> Response:
     response.headers[HEADER] = value
     return response
-
-
-async def _counted(body: AsyncIterator[bytes], status: int, done: Callable[[Outcome], None]) -> AsyncIterator[bytes]:
-    """A shared stream, logged and counted for its own client when that client is done with it."""
-    outcome = Outcome(status=status, streamed=True)
-    try:
-        async for chunk in body:
-            outcome.bytes_out += len(chunk)
-            yield chunk
-    except BaseException:
-        outcome.error = "client_disconnected"
-        raise
-    finally:
-        done(outcome)

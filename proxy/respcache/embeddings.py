@@ -27,13 +27,12 @@ from proxy.encoding import ReplyEncodingError, coding, decode_all, is_encoded
 from proxy.errors import ProxyError
 from proxy.ingress import Caller
 from proxy.jsontext import Json
-from proxy.relay import client_headers, read_limited, relay_rest
+from proxy.relay import Writer, client_headers, read_limited
 from proxy.respcache.answers import HEADER, ResponseCache, label
 from proxy.respcache.entries import Entries, Entry
 from proxy.respcache.key import Asker, embedding_key
 from proxy.respcache.policy import directives, ttl_of
 from proxy.tokens import TokenCounter
-from proxy.turn import Outcome
 from proxy.upstream import UpstreamResponse
 from proxy.usage import Usage
 
@@ -69,8 +68,8 @@ class EmbeddingsCache:
         return caller.tenant.cache.embeddings == "on" and method == "POST" and path == EMBEDDINGS
 
     async def serve(self, caller: Caller, raw: bytes, headers: Mapping[str, str],
-                    send: Callable[[bytes | None], Awaitable[UpstreamResponse]], rid: str,
-                    done: Callable[[Outcome], None], query: str = "") -> Response:
+                    send: Callable[[bytes | None], Awaitable[UpstreamResponse]], writer: Writer,
+                    query: str = "") -> Response:
         tenant = caller.tenant
         try:
             body = jsontext.loads(raw)
@@ -80,7 +79,7 @@ class EmbeddingsCache:
         said = directives(headers)
         if items is None or "no-store" in said or not isinstance(body, dict):
             self.counts.outcome(tenant.id, EMBEDDINGS, "bypass")
-            return await self._relay(await send(raw), rid, done, label("bypass", "no-store" if items else "unreadable"))
+            return await self._relay(await send(raw), writer, label("bypass", "no-store" if items else "unreadable"))
         user = caller.bound_user or client_ids.end_user(headers, body)
         asker = Asker.of(tenant.id, caller.scope, user, None, tenant.cache.stored.scope == "tenant")
         keys = [embedding_key(asker, body.get("model"), body.get("dimensions"), body.get("encoding_format"), query, i)
@@ -116,11 +115,11 @@ class EmbeddingsCache:
                 if not whole and rest is not None:
                     await response.aclose()
                     raise MergeError("the upstream's embeddings reply is too large to merge with cached items")
-                return self._reply(response, prefix, rest, rid, done, tag)
+                return self._reply(response, prefix, rest, writer, tag)
             reply = self._read(response, prefix, len(missing))
             if reply is None:
                 if whole:
-                    return self._reply(response, prefix, None, rid, done, tag)
+                    return self._reply(response, prefix, None, writer, tag)
                 raise MergeError("the upstream's embeddings reply does not have one vector per input item")
             fresh, model, usage = reply
             ttl = ttl_of(headers, tenant.cache)
@@ -131,7 +130,7 @@ class EmbeddingsCache:
                     self._pending[(tenant.id, k)] = entry
                     self.answers.spawn(self._keep(tenant.id, k, entry, ttl, caller))
             if whole:  # nothing was cached: the upstream's reply as it came
-                return self._reply(response, prefix, None, rid, done, tag)
+                return self._reply(response, prefix, None, writer, tag)
         data = [{"object": "embedding", "index": n, "embedding": orjson.Fragment(vectors[k])}
                 for n, k in enumerate(keys)]
         if not missing:
@@ -140,9 +139,8 @@ class EmbeddingsCache:
         if hits:
             saved = sum(cached[k].tokens for k in keys if k in cached)
             self.counts.saved(tenant, EMBEDDINGS, model, Usage(input=saved), len(out), hits)
-        done(Outcome(status=200, bytes_out=len(out)))
-        return Response(out, media_type="application/json",
-                        headers={"x-request-id": rid, "x-keel-request-id": rid, HEADER: tag})
+        rid = writer.request_id
+        return writer.whole(out, 200, {"x-request-id": rid, "x-keel-request-id": rid, HEADER: tag}, "application/json")
 
     def _read(self, response: UpstreamResponse, body: bytes, count: int) -> tuple[list[bytes], str, Json] | None:
         """The reply's vectors by index (as the upstream wrote them), its model and usage; None
@@ -178,16 +176,14 @@ class EmbeddingsCache:
             self._pending.pop((tenant, digest), None)
 
     @staticmethod
-    def _reply(response: UpstreamResponse, prefix: bytes, rest: AsyncIterator[bytes] | None, rid: str,
-               done: Callable[[Outcome], None], tag: str) -> Response:
-        headers = client_headers(response, rid)
+    def _reply(response: UpstreamResponse, prefix: bytes, rest: AsyncIterator[bytes] | None, writer: Writer,
+               tag: str) -> Response:
+        headers = client_headers(response, writer.request_id)
         headers[HEADER] = tag
         if rest is not None:
-            return relay_rest(response, prefix, rest, headers, done)
-        done(Outcome(status=response.status, bytes_out=len(prefix)))
-        return Response(prefix, status_code=response.status, headers=headers)
+            return writer.rest(response, prefix, rest, headers)
+        return writer.whole(prefix, response.status, headers)
 
-    async def _relay(self, response: UpstreamResponse, rid: str, done: Callable[[Outcome], None],
-                     tag: str) -> Response:
+    async def _relay(self, response: UpstreamResponse, writer: Writer, tag: str) -> Response:
         prefix, rest = await read_limited(response, READ_LIMIT)
-        return self._reply(response, prefix, rest, rid, done, tag)
+        return self._reply(response, prefix, rest, writer, tag)

@@ -98,6 +98,10 @@ class JsonFraming(Protocol):
         client has calls of its own to make, else "stop"), usage summed over the rounds."""
         ...
 
+    def take_dispatched(self) -> JsonObject:
+        """Generic `call_tool` calls `write` rewrote into the client's own, by call id (chat only)."""
+        ...
+
 
 class StreamFraming(Protocol):
     """Rewrites one client stream out of one or more upstream streams (one per round)."""
@@ -106,6 +110,7 @@ class StreamFraming(Protocol):
     finished: bool  # this round's stream ended as a whole answer does
     own_calls: list[Message]  # the client's calls forwarded so far, all rounds
     usage: Json
+    alias: tuple[str, str] | None  # (the id the client was shown, the id the upstream stored it under)
 
     def feed(self, event: Event) -> bytes | None:
         """What of one upstream event goes to the client now (None: nothing)."""
@@ -157,6 +162,7 @@ class RenumberedStream:
         self.finished = False
         self.own_calls: list[Message] = []
         self.usage: Json = None
+        self.alias: tuple[str, str] | None = None
         self.round = 0
         self.offset = 0  # visible items of earlier rounds (this round's index base)
         self.index_map: dict[int, int | None] = {}  # this round's index -> the client's (None: withheld)

@@ -31,6 +31,10 @@ class ChatJson:
         self.catalog = catalog
         self.dispatched: JsonObject = {}
 
+    def take_dispatched(self) -> JsonObject:
+        taken, self.dispatched = self.dispatched, {}
+        return taken
+
     def read(self, raw: bytes) -> Round | None:
         try:
             data = jsontext.loads(raw)
@@ -83,6 +87,7 @@ class ChatStream:
     error: bool = False
     catalog: Catalog | None = None  # set in dispatch mode: generic call_tool calls are withheld and sent as real calls
     dispatched: JsonObject = field(default_factory=dict)
+    alias: tuple[str, str] | None = None  # a chat completion is never continued by its id
 
     def withheld(self, call: Message) -> bool:
         return is_search(call) or (self.catalog is not None and is_generic(call))

@@ -45,6 +45,9 @@ def _shown(blocks: list[Json]) -> Message:
 
 
 class MessagesJson:
+    def take_dispatched(self) -> JsonObject:
+        return {}  # no dispatch on this shape
+
     def read(self, raw: bytes) -> Round | None:
         try:
             data = jsontext.loads(raw)

@@ -5,18 +5,18 @@ The client sees only what it can act on: text and calls of its own tools. Stream
 flows on as it arrives, `tool_search` calls are withheld, the client's own call indexes stay
 contiguous across upstream calls, and the client gets one id, one stop reason and usage
 summed over every upstream call. What the client never saw is stored as a hidden exchange and
-spliced back on its next request. Everything goes out through the relay's framing rules: a
-cut or refused continuation ends the stream with one error event in the client's shape.
+spliced back on its next request. The responder builds no response: it hands its bytes (or
+its whole body) to the turn's `relay.Writer`, which ends a stream cut or refused mid-way with
+one error event in the client's shape.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
-from prometheus_client import Gauge
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from proxy.accounting import CacheAccounting
 from proxy.conversations import Conversations
@@ -26,14 +26,14 @@ from proxy.hidden import HiddenExchange, fingerprint
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import Message, called_in_order, newest_user_index, newest_user_text
 from proxy.metrics import Metrics
-from proxy.relay import INSPECT_LIMIT, client_headers, read_limited, relay, relay_rest
+from proxy.relay import INSPECT_LIMIT, client_headers, read_limited
 from proxy.rounds import BrokenUpstreamError, JsonFraming, StreamFraming, add_usage, is_generic, is_search, retry_after
 from proxy.rounds.loop import Loop
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.tools.learned import LearnedPhrases, scope_of
 from proxy.tools.plan import ToolPlan
 from proxy.tools.ranking import Ranker
-from proxy.turn import Accounting, Exchange, Outcome, Turn, encode
+from proxy.turn import Accounting, Exchange, Turn, encode
 from proxy.upstream import UpstreamResponse, header
 
 log = logging.getLogger("keel.tools")
@@ -55,13 +55,23 @@ class ToolSearchResponder:
             hit = name in self.plan.surfaced
             self.metrics.tool_first_shot.labels(request.tenant.id, "hit" if hit else "miss").inc()
             if not hit and name in loop.found and self.learned is not None and request.tenant.tools.select.learn:
-                scope = scope_of(request.tenant.id, request.owner)
-                try:  # the user's words, and the words the model searched with
-                    await self.learned.learn(scope, name, newest_user_text(request.messages))
-                    if loop.queries.get(name):
-                        await self.learned.learn(scope, name, loop.queries[name])
-                except Exception as exc:  # bookkeeping: the next turn ranks without this lesson
-                    log.warning("tool_phrase_not_learned", extra={"tenant": request.tenant.id, "error": repr(exc)})
+                await self._kept(request, "tool_phrase", self._learn(request, loop, name, self.learned))
+
+    async def _learn(self, request: Turn, loop: Loop, name: str, learned: LearnedPhrases) -> None:
+        """The user's words, and the words the model searched with, for a tool it had to find."""
+        scope = scope_of(request.tenant.id, request.owner)
+        await learned.learn(scope, name, newest_user_text(request.messages))
+        if loop.queries.get(name):
+            await learned.learn(scope, name, loop.queries[name])
+
+    async def _kept(self, request: Turn, what: str, work: Awaitable[None]) -> None:
+        """After-the-answer bookkeeping, behind one guard: a failure costs a later turn something
+        (a lesson, a cache hit, a continuation), never this turn's answer."""
+        try:
+            await work
+        except Exception as exc:
+            log.warning("bookkeeping_failed", extra={"tenant": request.tenant.id, "what": what, "error": repr(exc)})
+            self.metrics.planner_failures.labels(request.tenant.id, what).inc()
 
     async def _sequence(self, request: Turn, names: list[str]) -> None:
         """Learn which tool the model called right before each of these within the user's turn (the
@@ -72,12 +82,9 @@ class ToolSearchResponder:
         before = called_in_order(turn)
         previous = [before[-1]] if before else []
         scope = scope_of(request.tenant.id, request.owner)
-        try:
-            for earlier, name in zip([*previous, *names], names, strict=False):
-                if name in self.plan.catalog.by_name and earlier in self.plan.catalog.by_name:
-                    await self.learned.learn_sequence(scope, earlier, name)
-        except Exception as exc:  # bookkeeping: the next turn ranks without this lesson
-            log.warning("tool_sequence_not_learned", extra={"tenant": request.tenant.id, "error": repr(exc)})
+        pairs = [(earlier, name) for earlier, name in zip([*previous, *names], names, strict=False)
+                 if name in self.plan.catalog.by_name and earlier in self.plan.catalog.by_name]
+        await self._kept(request, "tool_sequence", _learn_sequences(self.learned, scope, pairs))
 
     def _loop(self, request: Turn) -> Loop:
         return Loop(self.plan, request.tenant.tools, dict(request.body), list(self.plan.surfaced),
@@ -99,14 +106,10 @@ class ToolSearchResponder:
         first = decoded(await exchange.send(exchange.content or encode(request.wire_body(loop.body))))  # read as meant
         kind = header(first, "content-type")
         if first.status != 200 or not kind.startswith(("application/json", "text/event-stream")):
-            return await relay(first, exchange.request_id, exchange.done, request.response_headers,
-                               shape=request.shape)
+            return await exchange.writer.relay(first, request.response_headers)
         if kind.startswith("text/event-stream"):
-            headers = client_headers(first, exchange.request_id) | dict(request.response_headers)
-            gauge = self.metrics.streams_open.labels(request.tenant.id)
-            gauge.inc()
-            return StreamingResponse(self._stream(request, exchange, loop, first, stream(), gauge), status_code=200,
-                                     headers=headers)
+            headers = client_headers(first, exchange.writer.request_id) | dict(request.response_headers)
+            return exchange.writer.stream(self._stream(request, exchange, loop, first, stream()), 200, headers)
         try:
             return await self._whole(request, exchange, loop, first, json)
         except ProxyError:
@@ -114,8 +117,7 @@ class ToolSearchResponder:
         except Exception as exc:  # a bug or an answer Keel misread: the client's own request instead
             self._failed(request, exc)
             await first.aclose()
-            return await relay(await exchange.send(exchange.client_raw), exchange.request_id, exchange.done,
-                               shape=request.shape)
+            return await exchange.writer.relay(await exchange.send(exchange.client_raw))
 
     def _failed(self, request: Turn, exc: BaseException) -> None:
         log.warning("responder_failed", exc_info=exc, extra={"tenant": request.tenant.id,
@@ -127,19 +129,12 @@ class ToolSearchResponder:
         if request.location is None or not (loop.before or after) or not request.location.writable:
             return
         hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown), self.plan.catalog.key)
-        try:
-            await self.conversations.add_hidden_exchange(request.location, hidden.to_dict())
-        except Exception as exc:  # bookkeeping: losing it costs the next turn's cache, never this turn
-            log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
-            self.metrics.planner_failures.labels(request.tenant.id, "hidden_exchange").inc()
+        await self._kept(request, "hidden_exchange",
+                         self.conversations.add_hidden_exchange(request.location, hidden.to_dict()))
 
     async def _dispatched(self, request: Turn, dispatched: JsonObject) -> None:
         if dispatched and request.location is not None and request.location.writable:
-            try:
-                await self.conversations.add_dispatched(request.location, dispatched)
-            except Exception as exc:  # bookkeeping, as above
-                log.warning("dispatched_calls_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
-                self.metrics.planner_failures.labels(request.tenant.id, "dispatched").inc()
+            await self._kept(request, "dispatched", self.conversations.add_dispatched(request.location, dispatched))
 
     async def _whole(self, request: Turn, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
                      json: JsonFraming) -> Response:
@@ -148,15 +143,14 @@ class ToolSearchResponder:
         after: list[Message] = []
         visible: Message | None = None
         finish: str | None = None
-        headers = client_headers(upstream, exchange.request_id) | dict(request.response_headers)
+        headers = client_headers(upstream, exchange.writer.request_id) | dict(request.response_headers)
         while True:
             raw, rest = await read_limited(upstream, INSPECT_LIMIT)
             if rest is not None:  # too large to be a search round: the upstream's answer as it comes
-                return relay_rest(upstream, raw, rest, headers, exchange.done)
+                return exchange.writer.rest(upstream, raw, rest, headers)
             answer = json.read(raw)
             if answer is None:  # not an answer whose calls Keel can read: the upstream's own, as it came
-                exchange.done(Outcome(upstream.status, len(raw)))
-                return Response(raw, status_code=upstream.status, headers=headers)
+                return exchange.writer.whole(raw, upstream.status, headers)
             usage = add_usage(usage, answer.usage)
             first = answer.usage if loop.rounds == 0 else first
             searches = [c for c in answer.calls if is_search(c)]
@@ -166,8 +160,7 @@ class ToolSearchResponder:
                     headers.update(self._account(request, exchange).record(answer.usage, calls=answer.calls,
                                                                               shown=answer.shown))
                     await self._account(request, exchange).settled()
-                    exchange.done(Outcome(upstream.status, len(raw)))
-                    return Response(raw, status_code=upstream.status, headers=headers)
+                    return exchange.writer.whole(raw, upstream.status, headers)
                 visible = answer.shown if loop.rounds else None
                 break
             self.metrics.tool_search_rounds.labels(request.tenant.id).inc(len(searches))
@@ -180,8 +173,7 @@ class ToolSearchResponder:
             loop.continue_with(answer.assistant, results)
             upstream = decoded(await exchange.send(encode(request.wire_body(loop.body))))
             if upstream.status != 200:
-                return await relay(upstream, exchange.request_id, exchange.done, request.response_headers,
-                                   shape=request.shape)
+                return await exchange.writer.relay(upstream, request.response_headers)
             kind = header(upstream, "content-type")
             if not kind.startswith("application/json"):  # an HTML page from a CDN is no answer to relay as JSON
                 await upstream.aclose()
@@ -196,9 +188,8 @@ class ToolSearchResponder:
                                                                loop.found, shown=shown))
         await self._account(request, exchange).settled()
         await self._store(request, loop, visible, after, shown)
-        await self._dispatched(request, getattr(json, "dispatched", {}))
-        exchange.done(Outcome(200, len(body)))
-        return Response(body, status_code=200, headers=headers)
+        await self._dispatched(request, json.take_dispatched())
+        return exchange.writer.whole(body, 200, headers)
 
     async def _continued(self, request: Turn, exchange: Exchange, loop: Loop) -> UpstreamResponse:
         """The next upstream call of the turn; anything but a 200 event stream is reported as broken."""
@@ -212,13 +203,11 @@ class ToolSearchResponder:
         return upstream
 
     async def _remember_alias(self, request: Turn, state: StreamFraming) -> None:
-        alias = getattr(state, "alias", None)
+        alias = state.alias
         if alias is None or request.body.get("store") is False:
             return
-        try:
-            await self.conversations.alias_response(request.owner + "/" + request.tenant.id, *alias)
-        except Exception as exc:  # bookkeeping: a client continuing from the first id loses Keel's rounds
-            log.warning("response_alias_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
+        await self._kept(request, "response_alias",
+                         self.conversations.alias_response(request.owner + "/" + request.tenant.id, *alias))
 
     @staticmethod
     async def _round(state: StreamFraming, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
@@ -235,25 +224,26 @@ class ToolSearchResponder:
             raise BrokenUpstreamError(str(exc)) from None
 
     async def _stream(self, request: Turn, exchange: Exchange, loop: Loop, upstream: UpstreamResponse,
-                      state: StreamFraming, gauge: Gauge) -> AsyncIterator[bytes]:
-        outcome = Outcome(200, streamed=True)
+                      state: StreamFraming) -> AsyncIterator[bytes]:
+        """The client's stream across the turn's rounds; a `ProxyError` raised here, the writer
+        ends the stream with (one error event in the client's shape)."""
+        sent = 0
         stored = False
         first: Json = None
         options = request.body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        shape = request.shape
         try:
             try:
                 while True:
                     async for out in self._round(state, upstream):
-                        outcome.bytes_out += len(out)
+                        sent += len(out)
                         yield out
                     if state.error:
                         return
                     if not (state.finished or state.saw_end):
                         raise BrokenUpstreamError("the upstream's event stream ended before the answer did")
                     for out in state.real_calls():
-                        outcome.bytes_out += len(out)
+                        sent += len(out)
                         yield out
                     await self._dispatched(request, state.take_dispatched())
                     searches = [c for c in state.calls if is_search(c)]
@@ -281,7 +271,7 @@ class ToolSearchResponder:
                 closing, replayed = state.closing(include_usage)
                 await self._remember_alias(request, state)
                 for out in closing:
-                    outcome.bytes_out += len(out)
+                    sent += len(out)
                     yield out
                 if replayed and not state.saw_end:  # relayed as it came, and it came cut
                     raise UpstreamConnectError("the upstream's stream ended before its end marker: the answer may "
@@ -290,22 +280,20 @@ class ToolSearchResponder:
                 raise
             except Exception as exc:  # a bug or an event Keel misread
                 self._failed(request, exc)
-                if outcome.bytes_out:
+                if sent:
                     raise ProxyError("Keel could not continue this stream", code="stream_failed") from exc
                 await upstream.aclose()  # nothing sent yet: the client's own request, streamed as it comes
                 upstream = decoded(await exchange.send(exchange.client_raw))  # under the headers already sent
                 if upstream.status != 200:
                     raise BrokenUpstreamError(f"upstream answered {upstream.status}{retry_after(upstream)}") from exc
                 async for chunk in upstream.iter_raw():
-                    outcome.bytes_out += len(chunk)
                     yield chunk
-        except ProxyError as exc:
-            outcome.error = exc.code
-            yield shape.error_event(exc)
         finally:
-            gauge.dec()
             await upstream.aclose()
-            exchange.done(outcome)
+
+async def _learn_sequences(learned: LearnedPhrases, scope: str, pairs: list[tuple[str, str]]) -> None:
+    for earlier, name in pairs:
+        await learned.learn_sequence(scope, earlier, name)
 
 
 def _merged(assistant: list[Message]) -> Message:

@@ -56,6 +56,9 @@ def _searching(item: Json) -> bool:
 
 
 class ResponsesJson:
+    def take_dispatched(self) -> JsonObject:
+        return {}  # no dispatch on this shape
+
     def read(self, raw: bytes) -> Round | None:
         try:
             data = jsontext.loads(raw)

@@ -18,11 +18,10 @@ from proxy.errors import AuthenticationError, UpstreamConnectError
 from proxy.hidden import HiddenExchange, fingerprint, splice
 from proxy.ingress import Authenticator
 from proxy.proofs import MIN_SECRET_CHARS, SEEN, SHARED, Fragment, Proofs, fragments, random_id, sampled
-from proxy.relay import relay
+from proxy.relay import Outcome, relay
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.stores import StoreError
 from proxy.stores.guard import Breaker, GuardedStore
-from proxy.turn import Outcome
 
 # --- the store breaker -------------------------------------------------------------------------
 
