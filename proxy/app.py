@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from urllib.parse import unquote
 
 import orjson
@@ -24,6 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from proxy.access import AccessReport
 from proxy.accounting import CacheAccounting
 from proxy.callers import ProvenCallers
 from proxy.config import KeelConfig, TenantConfig
@@ -55,7 +57,7 @@ from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import Owners, checkable
 from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
-from proxy.relay import Outcome, Writer, error_response, provider_request_id, upstream_headers
+from proxy.relay import Writer, error_response, upstream_headers
 from proxy.respcache.admin import CacheAdmin
 from proxy.respcache.answers import ResponseCache
 from proxy.respcache.counts import CacheCounts
@@ -66,6 +68,7 @@ from proxy.rounds.responder import ToolSearchResponder
 from proxy.savings.ledger import Ledger
 from proxy.savings.meter import TRACE, Meter, Trace, traced
 from proxy.savings.page import SavingsPage
+from proxy.sender import Sender
 from proxy.shapes import Shape
 from proxy.shapes.chat import CHAT
 from proxy.shapes.messages import MESSAGES
@@ -80,7 +83,7 @@ from proxy.tools.planner import ToolPlanner
 from proxy.tools.rankers import Rankers
 from proxy.tools.ranking import Ranker
 from proxy.turn import Exchange, Turn
-from proxy.upstream import Upstream, UpstreamResponse
+from proxy.upstream import Upstream
 
 log = logging.getLogger("keel.access")
 SHAPES: dict[str, Shape] = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
@@ -206,26 +209,9 @@ class Keel:
         return b"".join(chunks)
 
     def finisher(self, caller: Caller | None, route: str, method: str, path: str, rid: str,
-                 started: float, bytes_in: int, upstream_ids: Sequence[str] = ()) -> Callable[[Outcome], None]:
-        """A callback that logs and counts the request once its response is complete; the log
-        names Keel's id and the provider's for each upstream call (`upstream_ids`, filled as they come)."""
-        tenant = caller.tenant.id if caller else "-"
-
-        def done(outcome: Outcome) -> None:
-            elapsed = time.perf_counter() - started
-            self.metrics.observe_request(tenant, route, outcome.status, elapsed, bytes_in, outcome.bytes_out)
-            if log.isEnabledFor(logging.INFO):
-                log.info(
-                    "request",
-                    extra={
-                        "request_id": rid, "upstream_request_ids": list(upstream_ids), "tenant": tenant,
-                        "method": method, "path": path,
-                        "status": outcome.status, "latency_ms": round(elapsed * 1000, 2),
-                        "bytes_in": bytes_in, "bytes_out": outcome.bytes_out, "error": outcome.error,
-                    },
-                )
-
-        return done
+                 started: float, bytes_in: int, upstream_ids: Sequence[str] = ()) -> AccessReport:
+        return AccessReport(self.metrics, caller.tenant.id if caller else "-", route, method, path, rid, started,
+                            bytes_in, upstream_ids)
 
     async def forward(self, request: Request, route: str, shape: Shape | None) -> Response:
         """One request through Keel: authenticate, read, plan (for an API shape), send upstream,
@@ -234,7 +220,7 @@ class Keel:
         rid = request_id(request.headers)
         caller: Caller | None = None
         bytes_in = 0
-        upstream_ids: list[str] = []  # the provider's id of each upstream reply, for the log
+        send: Sender | None = None  # its calls to the upstream (and the provider's ids, for the log)
         try:
             caller = self.auth.authenticate(request.headers)
             path = upstream_path(request.scope)
@@ -253,20 +239,9 @@ class Keel:
             embeddings = shape is None and self.embeddings.applies(caller, request.method, path)
             if (shape is not None or embeddings) and "accept-encoding" in headers:  # Keel reads these: what it decodes
                 headers["accept-encoding"] = accept_encoding(headers["accept-encoding"])
+            send = Sender(self.upstream, self.metrics, tenant.id, request.method, url, headers)
             writer = Writer(rid, self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
-                                               upstream_ids), shape or CHAT, self.metrics.streams_open.labels(tenant.id))
-
-            async def send(content: bytes | None) -> UpstreamResponse:
-                try:
-                    response = await self.upstream.open(request.method, url, headers, content)
-                except ProxyError as exc:
-                    self.metrics.upstream_errors.labels(tenant.id, exc.code).inc()
-                    raise
-                self.metrics.upstream_status.labels(tenant.id, str(response.status)).inc()
-                provider_id = provider_request_id(response)
-                if provider_id is not None:
-                    upstream_ids.append(provider_id)
-                return response
+                                               send.provider_ids), shape or CHAT, self.metrics.streams_open.labels(tenant.id))
 
             if embeddings:
                 return await self.embeddings.serve(caller, raw, request.headers, send, writer, query)
@@ -296,11 +271,10 @@ class Keel:
             return answered if events is None else await self.owners.watch(owner, answered, events=events)
         except ProxyError as exc:
             finish = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
-                                   upstream_ids)
+                                   send.provider_ids if send is not None else ())
             return Writer(rid, finish, shape or CHAT).error(exc)
 
-    async def _turn(self, parsed: Turn, raw: bytes, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
-                    writer: Writer) -> Response:
+    async def _turn(self, parsed: Turn, raw: bytes, send: Sender, writer: Writer) -> Response:
         """Plan a parsed turn, send it, and relay (or answer) what comes back."""
         tenant = parsed.tenant
         if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
@@ -309,10 +283,11 @@ class Keel:
         TRACE.set(trace)  # this request's task only: the rankers report their scores to it
         unproven = tenant.auth.passthrough and not await self.callers.known(tenant.id, parsed.scope)
         if unproven:  # a key the provider has not accepted yet: planned from the request alone, nothing stored
-            send = self._proving(send, tenant.id, parsed.scope)
+            send.when_accepted(partial(self.callers.prove, tenant.id, parsed.scope))
         planned = await self.pipeline.run(parsed, stateless=unproven)
         trace.planning = False
-        send = self._accepting(send, planned)
+        for step in planned.on_accepted:  # nothing a refused turn asked for is kept (a memory job, a model run)
+            send.when_accepted(self.pipeline.guarded("accepted", planned, step))
         content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
         if content is None:  # a body Keel could not write back: the client's own
             planned, content = parsed, raw
@@ -326,38 +301,6 @@ class Keel:
         if planned.responder is not None:
             return await self.respond(planned, Exchange(send, writer, content, raw, account))
         return await writer.relay(await send(content), planned.response_headers, account, parsed.stream)
-
-    def _proving(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]], tenant: str,
-                 scope: str) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:
-        """`send`, remembering the passthrough caller's credential once the provider accepts it."""
-
-        async def proving(content: bytes | None) -> UpstreamResponse:
-            response = await send(content)
-            if 200 <= response.status < 300:
-                await self.callers.prove(tenant, scope)
-            return response
-
-        return proving
-
-    def _accepting(self, send: Callable[[bytes | None], Awaitable[UpstreamResponse]],
-                   planned: Turn) -> Callable[[bytes | None], Awaitable[UpstreamResponse]]:
-        """`send`, doing the turn's `on_accepted` work once, when the upstream first accepts the
-        turn (a 2xx status): a turn the upstream refused (a bogus key's 401, a 5xx) leaves nothing
-        behind, no memory job and no memory model run."""
-        waiting = list(planned.on_accepted)
-        if not waiting:
-            return send
-
-        async def accepted(content: bytes | None) -> UpstreamResponse:
-            response = await send(content)
-            if 200 <= response.status < 300 and waiting:
-                work = waiting[:]
-                waiting.clear()
-                for step in work:
-                    await self.pipeline.guard("accepted", planned, step())
-            return response
-
-        return accepted
 
     async def respond(self, planned: Turn, exchange: Exchange) -> Response:
         """A planner's responder, guarded like every stage: one that fails before it has answered

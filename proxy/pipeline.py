@@ -132,6 +132,10 @@ class Pipeline:
                 request = planned if planned is not None else request
         return request
 
+    def guarded(self, stage: str, request: Turn, work: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T | None]]:
+        """`work`, to be run later under `guard` (work that waits for the upstream's acceptance)."""
+        return lambda: self.guard(stage, request, work())
+
     async def guard(self, stage: str, request: Turn, work: Awaitable[T]) -> T | None:
         """Run one stage hook within the deadline; on failure log, count, and return None."""
         try:
