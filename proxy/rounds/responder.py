@@ -140,7 +140,7 @@ class ToolSearchResponder:
             return
         hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown), self.plan.catalog.key)
         try:
-            await self.conversations.add_hidden_exchange(request.location, hidden.to_dict())
+            await self.conversations.add_hidden_exchange(request.location, hidden)
         except Exception as exc:  # bookkeeping: losing it costs the next turn's cache, never this turn
             log.warning("hidden_exchange_not_stored", extra={"tenant": request.tenant.id, "error": repr(exc)})
             self.metrics.planner_failures.labels(request.tenant.id, "hidden_exchange").inc()

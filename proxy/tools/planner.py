@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from proxy import jsontext
+from proxy import jsontext, records
 from proxy.config import TenantConfig
-from proxy.context.update import prepend_updates
 from proxy.conversations import Conversations, TurnKind
 from proxy.hidden import found_tools, splice
-from proxy.jsontext import Json, JsonObject
+from proxy.jsontext import JsonObject
 from proxy.messages import called_in_order, called_tools, newest_user_text, tool_calls
 from proxy.metrics import Metrics
+from proxy.records import RecordPatch, TurnRecord
 from proxy.stores import Store, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.choice import read_choice
@@ -37,6 +37,7 @@ from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
 from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
 from proxy.tools.window import Window, with_context
 from proxy.turn import Responder, Turn
+from proxy.updates import prepend_updates
 
 log = logging.getLogger("keel.tools")
 
@@ -83,7 +84,7 @@ def tools_update(entries: Sequence[ToolEntry]) -> str:
             "and arguments:\n" + jsontext.dumps(schemas).decode() + "\n</tools_update>")
 
 
-def generic_calls(messages: list[JsonObject], records: Sequence[Json]) -> list[JsonObject]:
+def generic_calls(messages: list[JsonObject], records: Sequence[TurnRecord]) -> list[JsonObject]:
     """Real calls the client got back in the generic `call_tool` form the model produced."""
     dispatched: JsonObject = {}
     for record in records:
@@ -210,14 +211,14 @@ class ToolPlanner:
         if stored is not frozen:  # another replica froze this segment first: use its block
             return self.grow(turn, stored, policy)
         # the turn record marks this turn as the segment's start, so the next turn finds the block
-        return self.planned(turn, choice, policy).with_record(tool_block=[])
+        return self.planned(turn, choice, policy).with_record(RecordPatch(tool_block=()))
 
     async def rechoose(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
         frozen = FrozenBlock(turn.catalog.key, choice.block, choice.surfaced, choice.deferred)
         await self.store.set(self._frozen_key(turn.request), await self._stored(turn.request, turn.catalog, frozen),
                              self.ttl)
         planned = self.planned(turn, choice, policy)
-        return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
+        return planned.with_note(tool_block_rechosen=True).with_record(RecordPatch(tool_block=()))
 
     async def _continue_stored(self, request: Turn) -> Turn:
         """Responses: a `previous_response_id` a Keel-answered stream showed the client is the
@@ -376,17 +377,17 @@ class ToolPlanner:
         shown = set(surfaced)
         rest = sorted(n for n in catalog.by_name if n not in shown)
         if blobs is None or not own or list(frozen.deferred) != rest:
-            return frozen.to_bytes()
+            return frozen.to_stored()
         keel = block[len(surfaced):]
         ref = await blobs.put(request.content_scope, jsontext.dumps(keel), keel)
-        return jsontext.dumps({"catalog": frozen.catalog, "surfaced": surfaced, "keel": ref})
+        return records.dump({"catalog": frozen.catalog, "surfaced": surfaced, "keel": ref})
 
     async def _read_frozen(self, request: Turn, catalog: Catalog, raw: bytes) -> FrozenBlock | None:
-        data = jsontext.loads(raw)
-        if not isinstance(data, dict) or data.get("catalog") != catalog.key:
+        data = records.load(raw)  # another format version: absent, the segment chooses afresh
+        if data is None or data.get("catalog") != catalog.key:
             return None
         if "keel" not in data:
-            return FrozenBlock.from_bytes(raw)
+            return FrozenBlock.from_stored(data)
         if self.conversations is None or any(n not in catalog.by_name for n in data["surfaced"]):
             return None
         keel = await self.conversations.blobs.load(request.content_scope, data["keel"], jsontext.loads)
@@ -414,7 +415,7 @@ class ToolPlanner:
         self._count(request, catalog, surfaced, deferred)
         planned = self.planned(turn, Choice(surfaced, deferred, block, "segment"), policy)
         planned = planned.with_note(tool_block_grew=True) if len(appended) > known else planned
-        return planned.with_record(tool_block=appended)
+        return planned.with_record(RecordPatch(tool_block=tuple(appended)))
 
     def _announce(self, turn: TurnTools, frozen: FrozenBlock, announced: list[str], new: list[str],
                   policy: BlockPolicy) -> Turn:
@@ -425,14 +426,14 @@ class ToolPlanner:
         assert request.location is not None
         newest = request.location.chain.newest_user
         updates = {r.chain_hash: r.tools_update for r in request.location.records if r.tools_update}
-        fields: JsonObject = {}
+        patch = RecordPatch()
         if request.location.kind is not TurnKind.REGENERATED and newest is not None:
             seen = set(found_tools(request.location.records))  # a search answer showed them: in the history already
             announce = [n for n in new if n not in seen]
             text = tools_update(catalog.entries_for(announce)) if announce else None
             if text:
                 updates[newest.hash] = text
-            fields = {"tool_block": [*announced, *new], "tools_update": text}
+            patch = RecordPatch(tool_block=(*announced, *new), tools_update=text)
         rendered_messages, request = prepend_updates(request, turn.messages, updates)
         surfaced = list(frozen.surfaced)
         deferred = [n for n in frozen.deferred if n not in set(announced) | set(new)]
@@ -440,7 +441,7 @@ class ToolPlanner:
         announced_turn = TurnTools(request, catalog, rendered_messages, turn.query, turn.pinned)
         planned = self.planned(announced_turn, Choice(surfaced, deferred, frozen.block, "segment"), policy,
                                [*announced, *new])
-        return planned.with_record(**fields)
+        return planned.with_record(patch)
 
     @staticmethod
     def _ordered(pinned: set[str], messages: Sequence[JsonObject], request: Turn) -> list[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proxy import jsontext
+from proxy import records
 from proxy.jsontext import JsonObject
 from proxy.tools.catalog import Catalog
 from proxy.turn import Turn
@@ -36,13 +36,14 @@ class FrozenBlock:
     surfaced: list[str]
     deferred: list[str]
 
-    def to_bytes(self) -> bytes:
-        return jsontext.dumps({"catalog": self.catalog, "block": self.block, "surfaced": self.surfaced,
-                               "deferred": self.deferred})
+    def to_stored(self) -> bytes:
+        """Stored whole (`ToolPlanner._stored` keeps most blocks smaller, by reference)."""
+        return records.dump({"catalog": self.catalog, "block": self.block, "surfaced": self.surfaced,
+                             "deferred": self.deferred})
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> FrozenBlock:
-        data = jsontext.loads(raw)
+    def from_stored(cls, data: JsonObject) -> FrozenBlock:
+        """From the fields `records.load` read (of this format version)."""
         return cls(str(data["catalog"]), list(data["block"]), list(data["surfaced"]), list(data["deferred"]))
 
 
