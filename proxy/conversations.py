@@ -25,7 +25,7 @@ from proxy.chain import Chain, Meanings, namespace
 from proxy.jsontext import JsonObject
 from proxy.proofs import Fragment, Proofs
 from proxy.records import NO_PATCH, HiddenExchange, RecordPatch, SegmentAnchor, TurnRecord
-from proxy.stores import Store, key
+from proxy.stores import KeyValue, key
 
 TAIL = 2  # user messages read first: the newest (a regeneration) and the one before (a new turn)
 WINDOW = 32  # further back, read when neither has a record (a write lost, a turn left unplanned)
@@ -92,7 +92,7 @@ def needs(earlier: tuple[TurnRecord, ...]) -> tuple[str, ...]:
 
 
 class Conversations:
-    def __init__(self, store: Store, ttl_seconds: float, after_answer: Store | None = None,
+    def __init__(self, store: KeyValue, ttl_seconds: float, after_answer: KeyValue | None = None,
                  blob_ttl: float | None = None) -> None:
         self.store = store
         self.ttl = ttl_seconds

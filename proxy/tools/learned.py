@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.stores import Store, StoreError, key
+from proxy.stores import Hashes, StoreError, key
 from proxy.tools.catalog import Catalog
 from proxy.tools.lexical import LexicalIndex, term_frequencies
 from proxy.tools.text import terms
@@ -71,7 +71,7 @@ class LearnedPhrases:
     """Phrases per tool, and which tool models call before which (`learn_sequence`): the step a
     multi-step ask leaves unsaid (stage before commit, open the page before reading its console)."""
 
-    def __init__(self, store: Store, ttl: float = 90 * 24 * 3600) -> None:
+    def __init__(self, store: Hashes, ttl: float = 90 * 24 * 3600) -> None:
         self.store = store
         self.ttl = ttl
         self._sequences: OrderedDict[str, tuple[float, dict[str, dict[str, int]]]] = OrderedDict()

@@ -26,7 +26,7 @@ from proxy.jsontext import JsonObject
 from proxy.messages import called_in_order, called_tools, newest_user_text, tool_calls
 from proxy.metrics import Metrics
 from proxy.records import RecordPatch, TurnRecord
-from proxy.stores import Store, key
+from proxy.stores import KeyValue, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.choice import read_choice
 from proxy.tools.deferral import client_deferral, client_searches
@@ -120,12 +120,12 @@ class ToolPlanner:
     after: tuple[str, ...] = ()  # first: it splices hidden exchanges back by the client's own indexes
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
-                 responder_for: Callable[[ToolPlan, Ranker], Responder], store: Store | None = None,
+                 responder_for: Callable[[ToolPlan, Ranker], Responder], store: KeyValue | None = None,
                  ttl: float = 30 * 24 * 3600, conversations: Conversations | None = None,
                  learned: LearnedPhrases | None = None) -> None:
         self.conversations = conversations
         self.learned = learned
-        self.store: Store | _NoStore = store if store is not None else _NoStore()
+        self.store: KeyValue | _NoStore = store if store is not None else _NoStore()
         self.ttl = ttl
         self.catalogs = catalogs
         self.ranker_for = ranker_for
