@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from proxy import jsontext, records
+from proxy import jsontext
 from proxy.config import TenantConfig
 from proxy.conversations import Conversations, TurnKind
 from proxy.hidden import found_tools, splice
@@ -34,7 +34,7 @@ from proxy.tools.gate import FOLLOW_UP_FLOOR, follow_up
 from proxy.tools.learned import SEQUENCE_SEEN, LearnedPhrases, scope_of
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
-from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
+from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, StoredBlock, TurnTools, policy_for
 from proxy.tools.window import Window, with_context
 from proxy.turn import Responder, Turn
 from proxy.updates import prepend_updates
@@ -364,10 +364,8 @@ class ToolPlanner:
             await self.store.set(self._frozen_key(request), stored, self.ttl)
         return found or frozen
 
-    # A frozen block is stored small: the surfaced tools by name (the catalog, which must be the
-    # same for the block to be used, holds them as the client sent them), the deferred ones as the
-    # rest of the catalog, and Keel's own tools (tool_search's listing is most of the bytes) in
-    # `Blobs`, shared by every conversation that froze the same block.
+    # A frozen block is stored small (`StoredBlock`): Keel's own tools (tool_search's listing is
+    # most of the bytes) in `Blobs`, shared by every conversation that froze the same block.
 
     async def _stored(self, request: Turn, catalog: Catalog, frozen: FrozenBlock) -> bytes:
         surfaced, block = frozen.surfaced, frozen.block
@@ -377,23 +375,23 @@ class ToolPlanner:
         shown = set(surfaced)
         rest = sorted(n for n in catalog.by_name if n not in shown)
         if blobs is None or not own or list(frozen.deferred) != rest:
-            return frozen.to_stored()
+            return StoredBlock(frozen.catalog, tuple(surfaced), None, tuple(block), tuple(frozen.deferred)).to_stored()
         keel = block[len(surfaced):]
         ref = await blobs.put(request.content_scope, jsontext.dumps(keel), keel)
-        return records.dump({"catalog": frozen.catalog, "surfaced": surfaced, "keel": ref})
+        return StoredBlock(frozen.catalog, tuple(surfaced), ref).to_stored()
 
     async def _read_frozen(self, request: Turn, catalog: Catalog, raw: bytes) -> FrozenBlock | None:
-        data = records.load(raw)  # another format version: absent, the segment chooses afresh
-        if data is None or data.get("catalog") != catalog.key:
+        stored = StoredBlock.from_stored(raw)  # another format version: absent, the segment chooses afresh
+        if stored is None or stored.catalog != catalog.key:
             return None
-        if "keel" not in data:
-            return FrozenBlock.from_stored(data)
-        if self.conversations is None or any(n not in catalog.by_name for n in data["surfaced"]):
+        if stored.keel is None:
+            return FrozenBlock(stored.catalog, list(stored.block), list(stored.surfaced), list(stored.deferred))
+        if self.conversations is None or any(n not in catalog.by_name for n in stored.surfaced):
             return None
-        keel = await self.conversations.blobs.load(request.content_scope, data["keel"], jsontext.loads)
+        keel = await self.conversations.blobs.load(request.content_scope, stored.keel, jsontext.loads)
         if keel is None:  # its content is gone: the segment chooses a block afresh (one cache miss)
             return None
-        surfaced = list(data["surfaced"])
+        surfaced = list(stored.surfaced)
         block = [*(catalog.entries[catalog.by_name[n]].tool for n in surfaced), *keel]
         shown = set(surfaced)
         return FrozenBlock(catalog.key, block, surfaced, sorted(n for n in catalog.by_name if n not in shown))
