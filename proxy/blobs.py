@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from proxy.jsontext import Json
-from proxy.stores import Store, key
+from proxy.stores import KeyValue, key
 
 T = TypeVar("T")
 CHUNK_MIN, CHUNK_MAX = 256, 2048
@@ -77,7 +77,7 @@ def pieces(data: bytes) -> list[bytes]:
 
 
 class Blobs:
-    def __init__(self, store: Store, ttl_seconds: float, cache_bytes: int = 32 * 1024 * 1024,
+    def __init__(self, store: KeyValue, ttl_seconds: float, cache_bytes: int = 32 * 1024 * 1024,
                  blob_ttl: float | None = None) -> None:
         self.store = store
         self.blob_ttl = blob_ttl if blob_ttl is not None else 2 * ttl_seconds

@@ -14,11 +14,11 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 
-from proxy.stores import Store, StoreError, key
+from proxy.stores import KeyValue, StoreError, key
 
 
 class ProvenCallers:
-    def __init__(self, store: Store, ttl_seconds: float, size: int = 65_536) -> None:
+    def __init__(self, store: KeyValue, ttl_seconds: float, size: int = 65_536) -> None:
         self.store = store
         self.ttl = ttl_seconds
         self._size = size

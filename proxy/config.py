@@ -87,7 +87,9 @@ class ServerConfig(_Model):
     timeouts: TimeoutsConfig = TimeoutsConfig()
     upstream_client: Literal["aiohttp", "httpx"] = Field("aiohttp", description="HTTP client library upstream")
     max_connections: int = Field(512, ge=1, description="pooled connections per upstream")
-    keepalive_connections: int = Field(128, ge=0)
+    keepalive_connections: int = Field(128, ge=0, description="idle connections kept per upstream host, with "
+                                       "upstream_client: httpx (aiohttp keeps an idle connection 30 s, within "
+                                       "max_connections; it has no such cap, and the key is refused with it)")
     shutdown_grace_seconds: float = Field(30.0, ge=0, description="time in-flight streams get on SIGTERM")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_bodies: bool = Field(False, description="log message bodies (debug only; never keys)")
@@ -110,6 +112,13 @@ class ServerConfig(_Model):
     @classmethod
     def _metrics_key_forms(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
         return AuthConfig._key_forms(keys)
+
+    @model_validator(mode="after")
+    def _keepalive_is_httpx_only(self) -> ServerConfig:
+        if "keepalive_connections" in self.model_fields_set and self.upstream_client != "httpx":
+            raise ValueError("keepalive_connections applies to upstream_client: httpx only (aiohttp keeps an idle "
+                             "connection 30 s, within max_connections); delete the key or choose httpx")
+        return self
 
     @model_validator(mode="after")
     def _per_client_default(self) -> ServerConfig:
@@ -309,8 +318,6 @@ class ContextConfig(_Model):
     timezone: str = Field("UTC", description="IANA zone for the local date (a request may send X-Keel-Timezone)")
     date: bool = Field(True, description="tell the local date on the first turn that speaks of time; announce a new date once")
     message_timestamps: bool = Field(False, description="add the send time to each new user message's update")
-    system_timestamps: Literal["pin"] = Field("pin", description="timestamps in the system prompt: pinned to the "
-                                              "segment start (a changed time alone is not a change)")
 
     @field_validator("timezone")
     @classmethod
@@ -580,6 +587,9 @@ MOVED = {
     + _FITTED.format(where="NEEDS_TOOL_THRESHOLD in proxy/tools/planner.py"),
     ("tools", "search", "listing_chars"): "tools.search.listing_chars was removed: it is a fixed budget now "
     "(LISTING_CHARS in proxy/tools/search.py, about 200 tokens); delete the key",
+    ("context", "system_timestamps"): "context.system_timestamps was removed: it had one value (pin), and "
+    "timestamps in the system prompt are always pinned to the segment start (a changed time alone is no "
+    "change); delete the key",
     ("tools", "pricing"): "tools.pricing was replaced by the top-level `models:` table: prices per million tokens "
     "by model name (input, cached_input, cache_write, output), e.g. `models: {gpt-4o-mini: {input: 0.15, "
     "output: 0.6}}` (input_per_mtok is now input, output_per_mtok output); common OpenAI and Anthropic models are "

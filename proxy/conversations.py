@@ -1,4 +1,4 @@
-"""Turn records and segment anchors on top of the Store: where a request sits in its conversation.
+"""Turn records and segment anchors on top of the store: where a request sits in its conversation.
 
 The planners use three calls: `locate` (the longest known prefix of the chain, with the turn
 records stored along it), `write_turn` (the newest user message's record) and the anchor
@@ -16,84 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, TypeVar
 
-from proxy import jsontext
 from proxy.blobs import Blobs
 from proxy.chain import Chain, Meanings, namespace
-from proxy.jsontext import Json, JsonObject
+from proxy.jsontext import JsonObject
 from proxy.proofs import Fragment, Proofs
-from proxy.stores import Store, key
+from proxy.records import NO_PATCH, HiddenExchange, RecordPatch, SegmentAnchor, TurnRecord
+from proxy.stores import KeyValue, key
 
-D = TypeVar("D")
 TAIL = 2  # user messages read first: the newest (a regeneration) and the one before (a new turn)
 WINDOW = 32  # further back, read when neither has a record (a write lost, a turn left unplanned)
 
 
-def _known_fields(cls: type[D], data: JsonObject) -> D:
-    """A dataclass from stored fields, ignoring ones this version does not know (state written by a
-    newer or older Keel is read, never a failed turn)."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in data.items() if k in names})
-
-
-@dataclass(frozen=True)
-class TurnRecord:
-    """What Keel rendered for one user message, so later requests render the same bytes."""
-
-    chain_hash: str
-    segment: str
-    conversation: str
-    position: int
-    context_update: str | None = None
-    context_state: JsonObject = field(default_factory=dict)
-    tool_block: list[Json] | None = None
-    hidden_exchanges: list[Json] = field(default_factory=list)
-    dispatched: JsonObject = field(default_factory=dict)  # call id → the generic call the model made
-    tools_update: str | None = None  # schemas of tools named later in a dispatch segment, on this message
-    created_at: float = 0.0
-    context: str = ""  # the exact system prompt's digest of the request that wrote it (`chain.context_digest`)
-    needs: list[str] | None = None  # earlier records of the segment later turns render from (None: written before)
-
-    @property
-    def renders(self) -> bool:
-        """Does a later turn re-render something of this record's (beyond its state)?"""
-        return bool(self.context_update or self.tools_update or self.hidden_exchanges or self.dispatched)
-
-    def to_bytes(self) -> bytes:
-        return jsontext.dumps(asdict(self))
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> TurnRecord:
-        return _known_fields(cls, jsontext.loads(raw))
-
-
-@dataclass(frozen=True)
-class SegmentAnchor:
-    """The frozen front of a segment: the client's leading system/developer messages as they
-    were sent at its start (key order, unknown fields, content parts and their cache_control
-    kept), Keel's own context then (date, memory), and the context state the model knows from
-    them (the frozen tool block is the tool planner's, under its own key)."""
-
-    segment: str
-    conversation: str
-    front: list[JsonObject] = field(default_factory=list)
-    date: str | None = None
-    memory: dict[str, str] = field(default_factory=dict)
-    context_state: JsonObject = field(default_factory=dict)
-    created_at: float = 0.0
-    system: str | None = None  # written by Keel before `front`: the whole frozen system text
-    front_ref: str | None = None  # stored: `front` is in `Blobs` under this ref (and empty here)
-
-    def to_bytes(self) -> bytes:
-        return jsontext.dumps(asdict(self))
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> SegmentAnchor:
-        return _known_fields(cls, jsontext.loads(raw))
+def _read(raws: list[bytes | None]) -> list[TurnRecord]:
+    """The records among stored values (one of another format version reads as absent)."""
+    return [record for raw in raws if raw is not None and (record := TurnRecord.from_stored(raw)) is not None]
 
 
 class TurnKind(StrEnum):
@@ -136,23 +76,23 @@ class Location:
         return None
 
 
-def needs(earlier: tuple[TurnRecord, ...]) -> list[str]:
+def needs(earlier: tuple[TurnRecord, ...]) -> tuple[str, ...]:
     """What a record written after `earlier` (its segment's records, oldest first) names for the
     turns after it: every record they re-render, the newest context state and tool block (the
     planners read only the newest of each), and the record just before (which may still gain
     hidden exchanges after this turn has read it)."""
     kept = {r.chain_hash for r in earlier if r.renders}
     picks: tuple[Callable[[TurnRecord], bool], ...] = (
-        lambda r: bool(r.context_state), lambda r: r.tool_block is not None, lambda r: True)
+        lambda r: r.context_state is not None, lambda r: r.tool_block is not None, lambda r: True)
     for pick in picks:
         last = next((r for r in reversed(earlier) if pick(r)), None)
         if last is not None:
             kept.add(last.chain_hash)
-    return [r.chain_hash for r in earlier if r.chain_hash in kept]
+    return tuple(r.chain_hash for r in earlier if r.chain_hash in kept)
 
 
 class Conversations:
-    def __init__(self, store: Store, ttl_seconds: float, after_answer: Store | None = None,
+    def __init__(self, store: KeyValue, ttl_seconds: float, after_answer: KeyValue | None = None,
                  blob_ttl: float | None = None) -> None:
         self.store = store
         self.ttl = ttl_seconds
@@ -190,7 +130,7 @@ class Conversations:
             chain = meanings.chain(proven)
             users = chain.user_links
             raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in users[-TAIL:]])
-        found = await self._records(chain, [TurnRecord.from_bytes(r) for r in raw if r is not None])
+        found = await self._records(chain, _read(raw))
         if not found or (proven is None and any(r.context != context for r in found)):
             return self.unknown(chain, client_conversation, caller, context, proven is not None)
         latest = found[-1]
@@ -206,19 +146,16 @@ class Conversations:
         if not found and len(users) > TAIL:
             window = users[-TAIL - WINDOW : -TAIL]
             raw = await self.store.get_many([self._turn_key(chain, link.hash) for link in window])
-            found = [TurnRecord.from_bytes(r) for r in raw if r is not None]
+            found = _read(raw)
         if not found:
             return []
         newest = max(found, key=lambda r: r.position)
         on_chain = {link.hash for link in users if link.index < newest.position}
         have = {r.chain_hash for r in found}
-        if newest.needs is None:  # written by a Keel before `needs`: every earlier record, once
-            wanted = [link.hash for link in users if link.hash in on_chain and link.hash not in have]
-        else:
-            wanted = [h for h in newest.needs if h in on_chain and h not in have]
+        wanted = [h for h in newest.needs if h in on_chain and h not in have]
         if wanted:
             raw = await self.store.get_many([self._turn_key(chain, h) for h in wanted])
-            found = [*found, *(TurnRecord.from_bytes(r) for r in raw if r is not None)]
+            found = [*found, *_read(raw)]
         return sorted(found, key=lambda r: r.position)
 
     def unknown(self, chain: Chain, client_conversation: str | None = None, caller: str = "", context: str = "",
@@ -230,10 +167,11 @@ class Conversations:
         return Location(chain, TurnKind.NEW, users[-1].hash, client_conversation or users[-1].hash, (), caller,
                         context, proven)
 
-    def new_record(self, location: Location, **fields: Any) -> TurnRecord:  # Any: TurnRecord's fields, typed there
+    def new_record(self, location: Location, patch: RecordPatch = NO_PATCH) -> TurnRecord:
+        """The newest user message's record, with what the planners decided (`patch`)."""
         newest = location.chain.newest_user
         assert newest is not None, "a turn record belongs to a user message"
-        return TurnRecord(
+        return patch.applied(TurnRecord(
             chain_hash=newest.hash,
             segment=location.segment,
             conversation=location.conversation,
@@ -241,11 +179,10 @@ class Conversations:
             created_at=time.time(),
             context=location.context,
             needs=needs(location.earlier_records),
-            **fields,
-        )
+        ))
 
     async def write_turn(self, chain: Chain, record: TurnRecord) -> None:
-        await self.store.set(self._turn_key(chain, record.chain_hash), record.to_bytes(), self.ttl)
+        await self.store.set(self._turn_key(chain, record.chain_hash), record.to_stored(), self.ttl)
 
     async def update_turn(self, location: Location, change: Callable[[TurnRecord], TurnRecord | None]) -> None:
         """Read the newest user message's record (created if missing), change it, write it back."""
@@ -253,21 +190,23 @@ class Conversations:
         if newest is None:
             return
         raw = await self.after_answer.get(self._turn_key(location.chain, newest.hash))
-        updated = change(TurnRecord.from_bytes(raw) if raw else self.new_record(location))
+        stored = TurnRecord.from_stored(raw) if raw else None
+        updated = change(stored or self.new_record(location))
         if updated is not None:
-            await self.after_answer.set(self._turn_key(location.chain, updated.chain_hash), updated.to_bytes(), self.ttl)
+            await self.after_answer.set(self._turn_key(location.chain, updated.chain_hash), updated.to_stored(),
+                                        self.ttl)
 
-    async def add_hidden_exchange(self, location: Location, exchange: JsonObject) -> None:
+    async def add_hidden_exchange(self, location: Location, exchange: HiddenExchange) -> None:
         """Append an exchange to the newest user message's record (once per answer)."""
 
         def change(record: TurnRecord) -> TurnRecord | None:
-            if any(x.get("answer") == exchange.get("answer") for x in record.hidden_exchanges):
+            if any(x.answer == exchange.answer for x in record.hidden_exchanges):
                 return None
-            return replace(record, hidden_exchanges=[*record.hidden_exchanges, exchange])
+            return replace(record, hidden_exchanges=(*record.hidden_exchanges, exchange))
 
         await self.update_turn(location, change)
 
-    async def add_dispatched(self, location: Location, calls: JsonObject) -> None:
+    async def add_dispatched(self, location: Location, calls: Mapping[str, JsonObject]) -> None:
         """Remember the generic calls behind real calls the client got (dispatch stability)."""
         await self.update_turn(location, lambda record: replace(record, dispatched={**record.dispatched, **calls}))
 
@@ -287,10 +226,10 @@ class Conversations:
         """Store a segment's anchor once; the first writer wins so replicas agree (`overwrite`: over
         an anchor whose content is gone)."""
         if overwrite:
-            await self.store.set(self._anchor_key(chain, anchor.segment), anchor.to_bytes(), self.ttl)
+            await self.store.set(self._anchor_key(chain, anchor.segment), anchor.to_stored(), self.ttl)
             return True
-        return await self.store.set_if_absent(self._anchor_key(chain, anchor.segment), anchor.to_bytes(), self.ttl)
+        return await self.store.set_if_absent(self._anchor_key(chain, anchor.segment), anchor.to_stored(), self.ttl)
 
     async def read_anchor(self, chain: Chain, segment: str) -> SegmentAnchor | None:
         raw = await self.store.get(self._anchor_key(chain, segment))
-        return SegmentAnchor.from_bytes(raw) if raw else None
+        return SegmentAnchor.from_stored(raw) if raw else None

@@ -11,12 +11,12 @@ regenerated answer never inherits another answer's exchange.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 
 from proxy.chain import canonical_json
-from proxy.conversations import TurnRecord
-from proxy.jsontext import JsonObject
 from proxy.messages import Message, tool_calls
+from proxy.records import HiddenExchange, TurnRecord
+
+__all__ = ["HiddenExchange", "fingerprint", "found_tools", "splice"]
 
 
 def fingerprint(message: Message) -> str:
@@ -24,23 +24,6 @@ def fingerprint(message: Message) -> str:
     calls = [c.get("id") for c in tool_calls(message)]
     content = message.get("content")
     return canonical_json({"content": content if isinstance(content, str) else None, "calls": calls}).decode()
-
-
-@dataclass(frozen=True)
-class HiddenExchange:
-    before: list[Message]  # assistant calls + tool results Keel handled, before the visible answer
-    visible: Message | None  # the provider's own version of the visible answer, if Keel trimmed it
-    after: list[Message]  # tool results for calls in `visible` that Keel answered
-    found: list[str] = field(default_factory=list)  # tools the searches surfaced
-    answer: str = ""  # fingerprint of the visible answer as the client received it
-    catalog: str = ""  # the key of the tool catalog the searches answered from
-
-    def to_dict(self) -> JsonObject:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: JsonObject) -> HiddenExchange:
-        return cls(**data)
 
 
 def _visible_answer(messages: Sequence[Message], user_index: int) -> int | None:
@@ -63,11 +46,8 @@ def splice(messages: Sequence[Message], records: Sequence[TurnRecord], catalog: 
         answer = _visible_answer(out, record.position)
         if answer is None:
             continue  # the turn is being (re)generated: its exchanges belong to an answer not sent
-        exchange = next(
-            (HiddenExchange.from_dict(x) for x in record.hidden_exchanges
-             if x.get("answer") == fingerprint(out[answer]) and x.get("catalog", "") in ("", catalog)),
-            None,
-        )
+        shown = fingerprint(out[answer])
+        exchange = next((x for x in record.hidden_exchanges if x.answer == shown and x.catalog == catalog), None)
         if exchange is None:
             continue
         visible = exchange.visible if exchange.visible is not None else out[answer]
@@ -80,5 +60,5 @@ def found_tools(records: Sequence[TurnRecord]) -> list[str]:
     names: list[str] = []
     for record in records:
         for exchange in record.hidden_exchanges:
-            names += [n for n in exchange.get("found", ()) if n not in names]
+            names += [n for n in exchange.found if n not in names]
     return names

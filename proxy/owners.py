@@ -42,7 +42,7 @@ from proxy.jsontext import Json, JsonObject
 from proxy.shapes import ShownIds
 from proxy.sse import EventParser, EventTooLargeError
 from proxy.stored import MAX_REFERENCES, Route, references
-from proxy.stores import Store, StoreError, key
+from proxy.stores import KeyValue, StoreError, key
 
 log = logging.getLogger("keel.owners")
 OWNER_SECONDS = 400 * 86400  # longer than a provider keeps a response; files and conversations may live long
@@ -77,7 +77,7 @@ class Owner:
 
 
 class Owners:
-    def __init__(self, store: Store, background: Store) -> None:
+    def __init__(self, store: KeyValue, background: KeyValue) -> None:
         self.store = store
         self.background = background  # retries, with a longer budget
         self.retries = Background("owner_retry_failed", log)  # owner records whose first write overran

@@ -153,13 +153,13 @@ class Pipeline:
         when the client edited its context since and proved the conversation: the new update
         replaces the old; an unproven regeneration, a first turn's, writes nothing)."""
         location = request.location
-        if location is None or not request.record_fields:
+        if location is None or not request.record:
             return
         if location.kind in (TurnKind.NEW, TurnKind.CONTINUED):
-            record = self.conversations.new_record(location, **request.record_fields)
+            record = self.conversations.new_record(location, request.record)
         elif location.newest_record is not None and request.notes.get("context_edited") and location.proven:
             # a regeneration after an edit, by a requester who proved the conversation is theirs
-            record = replace(location.newest_record, **request.record_fields)
+            record = request.record.applied(location.newest_record)
         else:
             return
         await self.conversations.write_turn(location.chain, record)

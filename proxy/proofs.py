@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from proxy.background import Background
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text, tool_calls
-from proxy.stores import Store, key
+from proxy.stores import KeyValue, key
 
 log = logging.getLogger("keel.proofs")
 MIN_SECRET_CHARS = 160
@@ -113,7 +113,7 @@ class Proofs:
     """The record of what Keel relayed to whom: per tenant, fragment digest → the caller it went to
     and the conversation's namespace (`<caller> <namespace>`, `~` first when weak, or `*`)."""
 
-    def __init__(self, store: Store, ttl_seconds: float) -> None:
+    def __init__(self, store: KeyValue, ttl_seconds: float) -> None:
         self.store = store
         self.ttl = ttl_seconds
         self.background = Background("proof_not_recorded", log)

@@ -21,6 +21,7 @@ from proxy.config import TenantConfig
 from proxy.conversations import Location
 from proxy.jsontext import Json, JsonObject
 from proxy.messages import message_text
+from proxy.records import NO_PATCH, RecordPatch
 from proxy.shapes import Shape
 from proxy.shapes.chat import CHAT
 from proxy.upstream import UpstreamResponse
@@ -86,7 +87,7 @@ class Turn:
     location: Location | None = None  # where the turn sits in its conversation (features on only)
     responder: Responder | None = None  # set by a planner that must see the response (tool_search)
     response_headers: Mapping[str, str] = field(default_factory=dict)
-    record_fields: Mapping[str, Json] = field(default_factory=dict)  # for the newest turn record, written once
+    record: RecordPatch = NO_PATCH  # for the newest turn record, written once
     notes: Mapping[str, Json] = field(default_factory=dict)  # why the prompt prefix may have changed (logs)
     # Work that waits until the upstream accepts the turn (its first 2xx): nothing a refused turn asked for is kept.
     on_accepted: tuple[Callable[[], Awaitable[None]], ...] = ()
@@ -159,6 +160,11 @@ class Turn:
         return caller_seed(self.tenant.id, self.end_user, self.conversation_id, scope=self.scope,
                            cache_key=self.cache_key, tag=self.shape.chain_tag)
 
+    @property
+    def caches_at_breakpoints(self) -> bool:
+        """Does this turn's upstream cache only at `cache_control` breakpoints? (`breakpoints.takes_cache_control`)"""
+        return takes_cache_control(self.shape, self.tenant.upstream.kind, self.body.get("model"))
+
     def chain_seed(self, context_digest: str) -> str:
         """The namespace of this caller's conversation begun under the system prompt `context_digest`."""
         return namespace(self.caller_seed, context_digest)
@@ -166,9 +172,9 @@ class Turn:
     def with_body(self, body: JsonObject, **changes: Any) -> Turn:  # Any: dataclasses.replace's field values
         return replace(self, body=body, **changes)
 
-    def with_record(self, **fields: Any) -> Turn:  # Any: TurnRecord's fields, each typed there
+    def with_record(self, patch: RecordPatch) -> Turn:
         """Fields for the newest user message's turn record (the pipeline writes it once)."""
-        return replace(self, record_fields={**self.record_fields, **fields})
+        return replace(self, record=self.record.then(patch))
 
     def with_note(self, **notes: Json) -> Turn:
         return replace(self, notes={**self.notes, **notes})

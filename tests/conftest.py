@@ -268,6 +268,8 @@ def valkey_server() -> Iterator[Any]:
 
 # Every store Keel runs on; the Redis-protocol ones are real servers (the machine's, or started here).
 STORES = ["sqlite", "redis", "valkey", "cluster", "sentinel"]
+# ... and the in-memory store (proxy/stores/memory.py), which the two contract suites hold to the same contract.
+CONTRACT_STORES = [*STORES, "memory"]
 
 
 def store_url(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
@@ -276,6 +278,8 @@ def store_url(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
 
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'keel.db'}"
+    if kind == "memory":
+        return "memory://"  # a name for the tests only: Keel does not open a store from it
     if kind == "redis":
         import redis
 
@@ -307,6 +311,10 @@ def open_test_store(url: str, dead_letters: Any = None) -> Any:
     """The store at `url`, as Keel opens it (`dead_letters`: its queue's other bounds)."""
     from proxy.defaults import open_store, sqlite_path
 
+    if url == "memory://":
+        from proxy.stores.memory import MemoryStore
+
+        return MemoryStore(dead_letters=dead_letters)
     if dead_letters is None:
         return open_store(url)
     if url.startswith("sqlite://"):

@@ -10,7 +10,7 @@ import pytest
 from proxy import jsontext
 from proxy.codecs.messages import MessagesCodec
 from proxy.codecs.responses import ResponsesCodec
-from proxy.context.update import with_update
+from proxy.updates import with_update
 
 
 def claude_code_body() -> dict[str, Any]:

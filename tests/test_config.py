@@ -282,3 +282,24 @@ def test_a_port_out_of_range_is_refused(command: list[str]) -> None:
     """`keel standin --port 99999` hung; a port outside 0-65535 is a usage error (exit 2) at once."""
     out = subprocess.run([sys.executable, "-m", "proxy", *command], capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "port" in out.stderr and "65535" in out.stderr
+
+
+def test_removed_system_timestamps_key_is_explained() -> None:
+    """context.system_timestamps had one value and did nothing: a config that still sets it is told
+    that system-prompt timestamps are always pinned, and to delete the key."""
+    data = minimal()
+    data["tenants"][0]["context"] = {"stable": True, "system_timestamps": "pin"}  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"tenants\.0\.context\.system_timestamps: .*always pinned"):
+        parse_config(data)
+
+
+def test_keepalive_connections_is_for_the_httpx_client_only() -> None:
+    """server.keepalive_connections caps idle connections in the httpx client; the default aiohttp
+    client has no such cap, so setting the key with it is refused instead of silently ignored."""
+    data = minimal()
+    data["server"] = {"keepalive_connections": 8}
+    with pytest.raises(ConfigError, match=r"keepalive_connections applies to upstream_client: httpx only"):
+        parse_config(data)
+    data["server"] = {"keepalive_connections": 8, "upstream_client": "httpx"}
+    assert parse_config(data).server.keepalive_connections == 8
+    assert parse_config(minimal()).server.keepalive_connections == 128, "the httpx default, filled in at load"

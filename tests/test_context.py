@@ -12,11 +12,12 @@ from conftest import KEY, ServerThread, keel_config, tenant
 
 from proxy.context.cache import MAX_BREAKPOINTS, CachePlanner
 from proxy.context.sections import mask, split_sections
-from proxy.context.update import diff, sample, with_update
+from proxy.context.update import diff, sample
 from proxy.conversations import Conversations
 from proxy.pipeline import locate
 from proxy.stores.sqlite import SqliteStore
 from proxy.turn import Turn
+from proxy.updates import with_update
 
 SYSTEM = """Current time: 2026-11-30 10:00:01
 
@@ -198,6 +199,38 @@ def test_lost_anchor_is_a_logged_miss(standin: ServerThread, start_keel: Callabl
     assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] == "You said: two"
     misses = [r for r in caplog.records if r.getMessage() == "cache_miss"]
     assert misses and misses[0].reasons == ["anchor_lost"]  # type: ignore[attr-defined]
+
+
+def test_records_of_another_format_version_start_a_new_conversation(standin: ServerThread,
+                                                                     start_keel: Callable[..., ServerThread],
+                                                                     tmp_path: Any) -> None:
+    """Turn records written in another format (here: before records carried a version) are not read
+    in their old shape: the next turn is answered as a new conversation (a cache miss, never an error)."""
+    import sqlite3
+
+    db = tmp_path / "k.db"
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True}),
+                                  store={"url": f"sqlite:///{db}"}))
+    headers = {"authorization": f"Bearer {KEY}"}
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+
+    def ask(text: str) -> httpx.Response:
+        history.append({"role": "user", "content": text})
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == f"You said: {text}"
+        history.append(reply.json()["choices"][0]["message"])
+        return reply
+
+    started = ask("one").headers["x-keel-conversation"]
+    assert ask("two").headers["x-keel-conversation"] == started, "read in its own format, it continues"
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT key, value FROM kv WHERE key LIKE '%:turn:%'").fetchall()
+        assert rows
+        for turn_key, value in rows:
+            record = orjson.loads(value)
+            assert record.pop("v") == 1
+            conn.execute("UPDATE kv SET value = ? WHERE key = ?", (orjson.dumps(record), turn_key))
+    assert ask("three").headers["x-keel-conversation"] != started, "its records absent: a new conversation"
 
 
 def test_a_new_conversation_under_a_known_prompt_stores_little(standin: ServerThread,

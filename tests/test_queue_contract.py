@@ -1,5 +1,5 @@
 """One contract for every JobQueue: SQLite (a real file), and Redis, Valkey, a Redis Cluster and a
-Sentinel-managed Redis (real servers: tests/redis_servers.py)."""
+Sentinel-managed Redis (real servers: tests/redis_servers.py), and the in-memory store."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import STORES, open_test_store, store_url
+from conftest import CONTRACT_STORES, open_test_store, store_url
 
 from proxy.stores.queue import DeadLetters, JobQueue
 
 
-@pytest.fixture(params=STORES)
+@pytest.fixture(params=CONTRACT_STORES)
 async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobQueue]:
     store = open_test_store(store_url(request, request.param, tmp_path))
     yield store.job_queue()
@@ -121,7 +121,7 @@ async def test_pushing_an_id_again_adds_nothing(queue: JobQueue) -> None:
     assert [d.payload for d in await queue.dead("q")] == [b"first"]
 
 
-@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("kind", CONTRACT_STORES)
 async def test_dead_letters_expire_and_are_capped(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """A buried job is kept for the dead letters' TTL; past the cap the oldest go first; a job that
     waits is never dropped by either."""

@@ -1,5 +1,5 @@
 """One contract for every Store: SQLite (a real file), and Redis, Valkey, a Redis Cluster and a
-Sentinel-managed Redis (real servers: tests/redis_servers.py)."""
+Sentinel-managed Redis (real servers: tests/redis_servers.py), and the in-memory store."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import STORES, open_test_store, store_url
+from conftest import CONTRACT_STORES, open_test_store, store_url
 
 from proxy.stores import Store, key
 from proxy.stores.redis import RedisStore
 from proxy.stores.sqlite import SqliteStore
 
 
-@pytest.fixture(params=STORES)
+@pytest.fixture(params=CONTRACT_STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     s: Store = open_test_store(store_url(request, request.param, tmp_path))
     yield s

@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle among `proxy` modules (TYPE_CHECKING imports included)."""
+"""The package's shape: no import cycle among `proxy` modules, nor among its sub-packages
+(folders), TYPE_CHECKING imports included."""
 
 from __future__ import annotations
 
@@ -62,6 +63,43 @@ def test_no_import_cycles() -> None:
 
 def test_the_check_sees_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+
+
+def folder_graph(modules: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph collapsed onto sub-packages: `proxy.tools` imports `proxy.context` when one
+    of its modules imports one of the other's. Top-level modules are not folders and are left out."""
+
+    def folder(name: str) -> str | None:
+        parts = name.split(".")
+        if len(parts) > 2 or (len(parts) == 2 and (PROXY / parts[1]).is_dir()):
+            return ".".join(parts[:2])
+        return None
+
+    edges: dict[str, set[str]] = {}
+    for name, imported in modules.items():
+        source = folder(name)
+        if source is None:
+            continue
+        edges.setdefault(source, set())
+        for target in filter(None, map(folder, imported)):
+            edges.setdefault(target, set())
+            if target != source:
+                edges[source].add(target)
+    return edges
+
+
+def test_no_import_cycles_between_sub_packages() -> None:
+    """Each folder is a layer: none imports, through its modules, a folder that imports it back."""
+    assert cycles(folder_graph(module_graph())) == []
+
+
+def test_the_folder_check_sees_a_cycle_of_folders() -> None:
+    """Two modules in different folders importing each other's folder make a folder cycle, though no
+    module imports its own importer."""
+    modules = {"proxy.tools.planner": {"proxy.context.update"}, "proxy.context.update": set(),
+               "proxy.context.planner": {"proxy.tools.text"}, "proxy.tools.text": set()}
+    assert cycles(modules) == []
+    assert cycles(folder_graph(modules)) == [["proxy.context", "proxy.tools"]]
 
 
 def any_annotations() -> list[tuple[str, int, str, str]]:

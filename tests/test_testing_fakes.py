@@ -101,3 +101,24 @@ async def test_faulty_store_faults_only_the_calls_named_and_can_be_slow(tmp_path
     assert await queue.complete(job, "me")
     assert time.monotonic() - started >= 0.2 and store.calls == 1
     await store.close()
+
+
+def test_keel_runs_on_the_in_memory_store(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
+    """`MemoryStore` is a whole store for `create_app(store=)`: a conversation's state is kept in it
+    (its second turn continues the first's conversation) and its memory job queue takes the job."""
+    from proxy.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True},
+                                         memory={"enabled": True})), store=store)
+    headers = {"authorization": f"Bearer {KEY}", "x-keel-user": "ana"}
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+    seen = []
+    for text in ("I live in Lisbon now", "and what is new?"):
+        history.append({"role": "user", "content": text})
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers=headers, json={"model": "m", "messages": history})
+        assert reply.status_code == 200
+        history.append(reply.json()["choices"][0]["message"])
+        seen.append(reply.headers["x-keel-conversation"])
+    assert seen[0] == seen[1], "the first turn's records, kept in memory, place the second"
+    assert eventually(lambda: memory_runs(standin) >= 1), "a memory job went through the in-memory queue"

@@ -21,11 +21,6 @@ from proxy.jsontext import Json, JsonObject
 from proxy.turn import Turn
 
 
-def takes_cache_control(request: Turn) -> bool:
-    """See `proxy.breakpoints.takes_cache_control`."""
-    return breakpoints.takes_cache_control(request.shape, request.tenant.upstream.kind, request.body.get("model"))
-
-
 def _marks(message: JsonObject) -> int:
     content = message.get("content")
     return sum(1 for p in content if isinstance(p, dict) and "cache_control" in p) if isinstance(content, list) else 0
@@ -79,7 +74,7 @@ class CachePlanner:
                 and "prompt_cache_key" not in body and request.location and request.location.segment):
             digest = hashlib.sha256(f"{request.tenant.id}:{request.location.segment}".encode()).hexdigest()
             body = {**body, "prompt_cache_key": "keel-" + digest[:32]}
-        if cache.breakpoints == "auto" and takes_cache_control(request) and _client_marks(request) < MAX_BREAKPOINTS:
+        if cache.breakpoints == "auto" and request.caches_at_breakpoints and _client_marks(request) < MAX_BREAKPOINTS:
             body = self._breakpoints(body, request)
         return request if body is request.body else request.with_body(body)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -26,13 +26,15 @@ from proxy import jsontext
 from proxy.codecs import KEEL
 from proxy.config import TenantConfig
 from proxy.context.dates import speaks_of_time, states_date
-from proxy.context.update import Sampler, State, diff, prepend_updates
-from proxy.conversations import Conversations, Location, SegmentAnchor, TurnKind
+from proxy.context.update import Sampler, State, diff
+from proxy.conversations import Conversations, Location, TurnKind
 from proxy.jsontext import JsonObject
 from proxy.memory.book import MemoryBook
 from proxy.memory.planner import memory_user
 from proxy.messages import message_text, newest_user_text
+from proxy.records import RecordPatch, SegmentAnchor
 from proxy.turn import Turn
+from proxy.updates import prepend_updates
 
 log = logging.getLogger("keel.context")
 CONTEXT_ROLES = ("system", "developer")
@@ -48,7 +50,7 @@ def _zone(request: Turn) -> ZoneInfo:
     return ZoneInfo("UTC")
 
 
-def keel_context(date: str | None, memory: dict[str, str] | None) -> str:
+def keel_context(date: str | None, memory: Mapping[str, str] | None) -> str:
     """Keel's own context in the frozen front: the date, the user's memory."""
     parts = [f"Current date: {date}"] if date else []
     if memory:
@@ -69,8 +71,6 @@ def render_front(anchor: SegmentAnchor, with_memory: bool = True, marker: str | 
     """The anchor's front as sent upstream: the client's messages as they were at the segment's
     start, Keel's context appended to the last of them (a new text part after the client's own
     parts, so a breakpoint the client set still ends its own prefix)."""
-    if anchor.system is not None and not anchor.front:  # an anchor written before fronts were kept
-        return [{"role": "system", "content": anchor.system}]
     extra = keel_context(anchor.date, anchor.memory if with_memory else None)
     front = list(anchor.front)
     if not extra:
@@ -127,14 +127,14 @@ class ContextPlanner:
         anchor, anchor_state, lost = await self._anchor(location, messages[:leading], date, current,
                                                         now.timestamp(), scope)
         known = await self._known(location, anchor_state, scope)
-        if today and not wants_date and known.get("date"):  # the model knows a date: keep it current
-            current = {**current, "date": today}
+        if today and not wants_date and known.date:  # the model knows a date: keep it current
+            current = replace(current, date=today)
         if user is None and request.tenant.memory.enabled:  # memory switched off for this request
-            current = {**current, "memory": known.get("memory") or {}}
+            current = replace(current, memory=known.memory)
 
         updates = {r.chain_hash: r.context_update for r in location.records if r.context_update}
         newest = location.chain.newest_user
-        fields: JsonObject = {}
+        patch = RecordPatch()
         edited = location.kind is TurnKind.REGENERATED and await self._edited(location, current, scope)
         if newest is not None and (location.kind is not TurnKind.REGENERATED or edited):
             # a regeneration renders what its turn stored, unless the client edited its context since
@@ -143,11 +143,11 @@ class ContextPlanner:
             updates.pop(newest.hash, None)
             if update:
                 updates[newest.hash] = update
-            fields = {"context_update": update, "context_state": await self.sampler.stored(scope, current)}
+            patch = RecordPatch(context_update=update, context_state=await self.sampler.stored(scope, current))
         front = render_front(anchor, with_memory=user is not None or not request.tenant.memory.enabled,
                              marker="front" if request.shape.places_own_text else None)
         rendered, request = prepend_updates(request, messages[leading:], updates)
-        planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(**fields)
+        planned = request.with_body({**request.body, "messages": [*front, *rendered]}).with_record(patch)
         if edited:
             planned = planned.with_note(context_edited=True)
         return planned.with_note(anchor_lost=lost) if lost else planned
@@ -156,7 +156,7 @@ class ContextPlanner:
         """Did the client change its context since the regenerated turn was first planned? (Then
         the regeneration must deliver the change: the model answers under what the client sends.)"""
         record = location.newest_record
-        if record is None or not record.context_state:
+        if record is None or record.context_state is None:
             return False
         after = await self.sampler.known(scope, record.context_state)
         return after is not None and diff(after, current) is not None
@@ -165,7 +165,7 @@ class ContextPlanner:
         """What the model knows before the newest user message: the last stored state along the
         chain (one whose content is gone is passed over), else the anchor's."""
         for record in reversed(location.earlier_records):
-            if record.context_state:
+            if record.context_state is not None:
                 known = await self.sampler.known(scope, record.context_state)
                 if known is not None:
                     return known
@@ -184,10 +184,9 @@ class ContextPlanner:
             log.info("anchor_lost", extra={"segment": location.segment})
         blob = jsontext.dumps(front)
         front_ref = await self.conversations.blobs.put(scope, blob, front)
-        stored = SegmentAnchor(location.segment, location.conversation, [], date, dict(state.get("memory") or {}),
+        stored = SegmentAnchor(location.segment, location.conversation, (), date, dict(state.memory),
                                await self.sampler.stored(scope, state), created, front_ref=front_ref)
-        anchor = SegmentAnchor(location.segment, location.conversation, list(front), date,
-                               dict(state.get("memory") or {}), state, created)
+        anchor = replace(stored, front=tuple(front))
         if not await self.conversations.write_anchor(location.chain, stored):  # another replica's came first
             found = await self._read_anchor(location, scope)
             if found is not None:
@@ -205,6 +204,6 @@ class ContextPlanner:
             front = await self.conversations.blobs.load(scope, anchor.front_ref, jsontext.loads)
             if front is None:
                 return None
-            anchor = replace(anchor, front=front)
-        state = await self.sampler.known(scope, anchor.context_state)
+            anchor = replace(anchor, front=tuple(front))
+        state = await self.sampler.known(scope, anchor.context_state) if anchor.context_state is not None else None
         return None if state is None else (anchor, state)

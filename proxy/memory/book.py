@@ -1,4 +1,4 @@
-"""Each user's memory entries, by key, in the Store: durable user data, never expired silently.
+"""Each user's memory entries, by key, in the store: durable user data, never expired silently.
 
 Every change is written with when and from which job (or the API) it came, and appended to
 the user's audit trail, so an operator can answer "why does it think I live in Lisbon?".
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.stores import Store, key
+from proxy.stores import Hashes, key
 
 AUDIT_KEEP = 1000  # audit lines kept per user (the oldest go first)
 
@@ -68,7 +68,7 @@ class Limits:
 
 
 class MemoryBook:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Hashes) -> None:
         self.store = store
 
     @staticmethod

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from proxy import jsontext
 from proxy.jsontext import JsonObject
-from proxy.stores import Store, key
-from proxy.stores.queue import DeadJob, Job, JobQueue
+from proxy.stores import KeyValue, key
+from proxy.stores.queue import DeadJob, JobQueue
 
 JUDGED_TTL = 30 * 24 * 3600  # `store.job_marker_ttl_seconds`'s default
 FINISHED = b"finished"
@@ -68,7 +68,7 @@ class MemoryJob:
 
 
 class MemoryJobs:
-    def __init__(self, store: Store, queue: JobQueue, marker_ttl: float = JUDGED_TTL) -> None:
+    def __init__(self, store: KeyValue, queue: JobQueue, marker_ttl: float = JUDGED_TTL) -> None:
         self.store = store
         self.queue = queue
         self.marker_ttl = marker_ttl
@@ -94,7 +94,3 @@ class MemoryJobs:
 
     async def dead(self, tenant: str, limit: int = 100) -> list[DeadJob]:
         return await self.queue.dead(f"{tenant}/", limit)
-
-    @staticmethod
-    def decode(job: Job) -> MemoryJob:
-        return MemoryJob.from_bytes(job.payload)

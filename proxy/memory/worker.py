@@ -132,14 +132,6 @@ class MemoryWorker:
                 log.warning("memory_job_unsettled", extra={"job": job.id, "error": repr(exc)})
                 await asyncio.sleep(POLL_SECONDS)
 
-    async def run_pending(self) -> int:
-        """Work until no job is ready (tests and `keel` tools; the loops do this in the background)."""
-        done = 0
-        while (job := await self.jobs.queue.claim(self.owner, self.lease)) is not None:
-            await self.run(job)
-            done += 1
-        return done
-
     async def run(self, job: Job) -> None:
         """One job, under a lease renewed while it runs: completed, retried with backoff, or buried."""
         renewing = asyncio.create_task(self._renew(job))

@@ -130,7 +130,7 @@ class ToolSearchResponder:
             return
         hidden = HiddenExchange(loop.before, visible, after, loop.found, fingerprint(shown), self.plan.catalog.key)
         await self._kept(request, "hidden_exchange",
-                         self.conversations.add_hidden_exchange(request.location, hidden.to_dict()))
+                         self.conversations.add_hidden_exchange(request.location, hidden))
 
     async def _dispatched(self, request: Turn, dispatched: JsonObject) -> None:
         if dispatched and request.location is not None and request.location.writable:

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from proxy.context.cache import takes_cache_control
 from proxy.jsontext import Json, JsonObject
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
@@ -225,7 +224,7 @@ class TurnMeter:
             deferred_tokens=deferred, shared_fraction=round(fraction, 4), direct_cached=direct_cached,
             breakpoints=max(0, _marks(planned.body) - _marks(parsed.body)),
             prompt_cache_key=key_added if isinstance(key_added, str) else None,
-            context_update=planned.record_fields.get("context_update"),
+            context_update=planned.record.update_text,
             notes={k: v for k, v in planned.notes.items() if v}, judgment_usd=judgment_usd)
         return facts.settled(planned.tenant.prices.price(model))
 
@@ -234,10 +233,10 @@ class TurnMeter:
         previous request, by the upstream's rules (breakpoints only for Anthropic-style upstreams)."""
         if fraction <= 0:
             return 0
-        if takes_cache_control(self.parsed) and b'"cache_control"' not in self.parsed.raw:
+        if self.parsed.caches_at_breakpoints and b'"cache_control"' not in self.parsed.raw:
             return 0  # caches only at breakpoints, and the client set none
         shared = int(fraction * direct_input)
-        if takes_cache_control(self.parsed):
+        if self.parsed.caches_at_breakpoints:
             return shared
         return 0 if shared < OPENAI_MIN else shared - shared % OPENAI_STEP
 

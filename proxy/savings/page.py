@@ -34,7 +34,7 @@ from proxy.jsontext import JsonObject
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
 from proxy.savings.report import parse_since, summary
-from proxy.stores import Store, StoreError, key
+from proxy.stores import KeyValue, StoreError, key
 
 COOKIE = "keel_admin"
 COOKIE_SECONDS = 12 * 3600
@@ -66,7 +66,7 @@ LOGIN_BODY_LIMIT = 4096  # a sign-in form carries a key, nothing larger
 
 class SavingsPage:
     def __init__(self, config: KeelConfig, ledger: Ledger,
-                 read_body: Callable[[Request, int], Awaitable[bytes]], store: Store) -> None:
+                 read_body: Callable[[Request, int], Awaitable[bytes]], store: KeyValue) -> None:
         self.ledger, self.read_body, self.store = ledger, read_body, store
         self._admins = [(d, t) for t in config.tenants for d in t.auth.key_digests(admin=True)]
         self._secret: bytes | None = None

@@ -1,4 +1,5 @@
-"""State behind one small protocol: bytes by key with TTL, plus lists and hashes.
+"""State behind small protocols: bytes by key with TTL (`KeyValue`), hashes, counters and lists;
+`Store` is all of them, what a backend implements.
 
 `proxy.defaults.open_store(url)` picks the implementation from the URL: `sqlite:///path`
 (embedded default) or `redis://` / `rediss://` (shared by replicas). Callers build keys with
@@ -16,26 +17,51 @@ class StoreError(Exception):
     """The store could not be reached or refused an operation."""
 
 
-class Store(Protocol):
+class KeyValue(Protocol):
+    """Bytes by key, each with an optional expiry: what most state needs (records, anchors, blobs)."""
+
     async def get(self, key: str) -> bytes | None: ...
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
     async def set(self, key: str, value: bytes, ttl: float | None = None) -> None: ...
     async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool: ...
     async def delete(self, key: str) -> None: ...
-    async def append(self, key: str, value: bytes, ttl: float | None = None) -> int: ...
-    async def get_list(self, key: str) -> list[bytes]: ...
+
+
+class Hashes(Protocol):
+    """Named fields under one key, expiring together (memory entries, learned phrases)."""
+
     async def hset(self, key: str, field: str, value: bytes, ttl: float | None = None) -> None:
         """Set one field; `ttl`: the whole hash expires that long after this write."""
         ...
     async def hget(self, key: str, field: str) -> bytes | None: ...
     async def hgetall(self, key: str) -> dict[str, bytes]: ...
     async def hdel(self, key: str, field: str) -> bool: ...
+    async def delete(self, key: str) -> None: ...
+
+
+class Counters(Protocol):
+    """Numbers added to by many replicas at once (the savings ledger, the answer cache's counts)."""
+
     async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
         """Add each delta to its named counter under `key`, atomically (replicas count together)."""
         ...
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
         """Every counter under each key (an empty dict for a key with none)."""
         ...
+
+
+class Lists(Protocol):
+    """Values appended under one key, read back in order."""
+
+    async def append(self, key: str, value: bytes, ttl: float | None = None) -> int: ...
+    async def get_list(self, key: str) -> list[bytes]: ...
+
+
+class Store(KeyValue, Hashes, Counters, Lists, Protocol):
+    """Every piece, and the store's health: what a backend implements (`stores/sqlite.py`,
+    `stores/redis.py`, `stores/memory.py`) and what the guard wraps. A user asks for the smallest
+    piece it needs."""
+
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
 

@@ -1,6 +1,6 @@
 """The `embeddings` ranker: any OpenAI-compatible /v1/embeddings endpoint, fused with BM25.
 
-Tool vectors are kept in the Store by model and schema hash, so replicas and restarts embed a
+Tool vectors are kept in the store by model and schema hash, so replicas and restarts embed a
 tool once; a catalog is embedded in the background on first sight and ranked lexically until
 then. Each turn costs one embeddings request for the query (under the ranking deadline).
 """
@@ -17,7 +17,7 @@ import orjson
 
 from proxy.encoding import decoded
 from proxy.jsontext import Json
-from proxy.stores import Store, key
+from proxy.stores import KeyValue, key
 from proxy.tools.catalog import Catalog
 from proxy.tools.local import fuse, tool_text
 from proxy.tools.ranking import LexicalRanker, Ranking
@@ -37,7 +37,7 @@ MAX_MATRICES = 32  # catalogs whose vectors are kept in memory (they are in the 
 
 
 class EmbeddingsRanker:
-    def __init__(self, upstream: Upstream, store: Store, base_url: str, model: str, api_key: str | None) -> None:
+    def __init__(self, upstream: Upstream, store: KeyValue, base_url: str, model: str, api_key: str | None) -> None:
         self.upstream, self.store = upstream, store
         self.url = base_url.rstrip("/") + "/embeddings"
         self.model = model

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.stores import Store, StoreError, key
+from proxy.stores import Hashes, StoreError, key
 from proxy.tools.catalog import Catalog
 from proxy.tools.lexical import LexicalIndex, term_frequencies
 from proxy.tools.text import terms
@@ -45,14 +45,15 @@ SEQUENCE_SEEN = 2  # a predecessor ships beside its tool once traffic has shown 
 log = logging.getLogger("keel.tools")
 
 
-def _entry(raw: bytes) -> tuple[float | None, list[str]]:
-    """A stored entry: when it was last learned (None: written before entries carried it) and its phrases."""
-    data = orjson.loads(raw)
-    if isinstance(data, dict):
-        at = data.get("at")
-        return (float(at) if isinstance(at, (int, float)) else None), [p for p in data.get("phrases") or []
-                                                                        if isinstance(p, str)]
-    return None, [p for p in data if isinstance(p, str)] if isinstance(data, list) else []
+def _entry(raw: bytes) -> tuple[float, list[str]] | None:
+    """A stored entry: when it was last learned and its phrases (None: another shape, absent)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("at"), (int, float)):
+        return None
+    return float(data["at"]), [p for p in data.get("phrases") or [] if isinstance(p, str)]
 
 
 def scope_of(tenant: str, owner: str) -> str:
@@ -70,7 +71,7 @@ class LearnedPhrases:
     """Phrases per tool, and which tool models call before which (`learn_sequence`): the step a
     multi-step ask leaves unsaid (stage before commit, open the page before reading its console)."""
 
-    def __init__(self, store: Store, ttl: float = 90 * 24 * 3600) -> None:
+    def __init__(self, store: Hashes, ttl: float = 90 * 24 * 3600) -> None:
         self.store = store
         self.ttl = ttl
         self._sequences: OrderedDict[str, tuple[float, dict[str, dict[str, int]]]] = OrderedDict()
@@ -88,8 +89,8 @@ class LearnedPhrases:
         if not phrase or len(tool) > MAX_NAME:
             return
         raw = await self.store.hget(self._key(scope), tool)
-        _, phrases = _entry(raw) if raw else (None, [])
-        phrases = [*(p for p in phrases if p != phrase), phrase][-PHRASES_PER_TOOL:]
+        entry = _entry(raw) if raw else None
+        phrases = [*(p for p in (entry[1] if entry else ()) if p != phrase), phrase][-PHRASES_PER_TOOL:]
         await self.store.hset(self._key(scope), tool, orjson.dumps({"at": time.time(), "phrases": phrases}), self.ttl)
         for cached in [k for k in self._indexes if k[0] == scope]:
             del self._indexes[cached]  # seen on the next ranking in this process; other replicas within a minute
@@ -166,8 +167,8 @@ class LearnedPhrases:
             return None
         entries = {name: _entry(value) for name, value in raw.items()}
         now = time.time()
-        live = {name: e for name, e in entries.items() if e[0] is None or now - e[0] < self.ttl}
-        kept = set(sorted(live, key=lambda name: -(live[name][0] or 0.0))[:TOOLS_PER_SCOPE])  # the newest learned
+        live = {name: e for name, e in entries.items() if e is not None and now - e[0] < self.ttl}
+        kept = set(sorted(live, key=lambda name: -live[name][0])[:TOOLS_PER_SCOPE])  # the newest learned
         self._prune(scope, [name for name in entries if name not in kept])
         names = sorted(name for name in kept if name in catalog.by_name)
         phrases = {name: live[name][1] for name in names}

@@ -20,13 +20,13 @@ from dataclasses import replace
 
 from proxy import jsontext
 from proxy.config import TenantConfig
-from proxy.context.update import prepend_updates
 from proxy.conversations import Conversations, TurnKind
 from proxy.hidden import found_tools, splice
-from proxy.jsontext import Json, JsonObject
+from proxy.jsontext import JsonObject
 from proxy.messages import called_in_order, called_tools, newest_user_text, tool_calls
 from proxy.metrics import Metrics
-from proxy.stores import Store, key
+from proxy.records import RecordPatch, TurnRecord
+from proxy.stores import KeyValue, key
 from proxy.tools.catalog import Catalog, CatalogCache, ToolEntry
 from proxy.tools.choice import read_choice
 from proxy.tools.deferral import client_deferral, client_searches
@@ -35,9 +35,10 @@ from proxy.tools.learned import SEQUENCE_SEEN, LearnedPhrases, scope_of
 from proxy.tools.plan import ToolPlan
 from proxy.tools.ranking import GuardedRanker, LexicalRanker, Ranker, Ranking, standing_out
 from proxy.tools.search import SEARCH_TOOL, call_tool, search_tool
-from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, TurnTools, policy_for
+from proxy.tools.stability import PER_TURN, BlockPolicy, Choice, FrozenBlock, StoredBlock, TurnTools, policy_for
 from proxy.tools.window import Window, with_context
 from proxy.turn import Responder, Turn
+from proxy.updates import prepend_updates
 
 log = logging.getLogger("keel.tools")
 
@@ -73,7 +74,7 @@ def tools_update(entries: Sequence[ToolEntry]) -> str:
             "and arguments:\n" + jsontext.dumps(schemas).decode() + "\n</tools_update>")
 
 
-def generic_calls(messages: list[JsonObject], records: Sequence[Json]) -> list[JsonObject]:
+def generic_calls(messages: list[JsonObject], records: Sequence[TurnRecord]) -> list[JsonObject]:
     """Real calls the client got back in the generic `call_tool` form the model produced."""
     dispatched: JsonObject = {}
     for record in records:
@@ -109,12 +110,12 @@ class ToolPlanner:
     after: tuple[str, ...] = ()  # first: it splices hidden exchanges back by the client's own indexes
 
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
-                 responder_for: Callable[[ToolPlan, Ranker], Responder], store: Store | None = None,
+                 responder_for: Callable[[ToolPlan, Ranker], Responder], store: KeyValue | None = None,
                  ttl: float = 30 * 24 * 3600, conversations: Conversations | None = None,
                  learned: LearnedPhrases | None = None) -> None:
         self.conversations = conversations
         self.learned = learned
-        self.store: Store | _NoStore = store if store is not None else _NoStore()
+        self.store: KeyValue | _NoStore = store if store is not None else _NoStore()
         self.ttl = ttl
         self.catalogs = catalogs
         self.ranker_for = ranker_for
@@ -197,14 +198,14 @@ class ToolPlanner:
         if stored is not frozen:  # another replica froze this segment first: use its block
             return self.grow(turn, stored, policy)
         # the turn record marks this turn as the segment's start, so the next turn finds the block
-        return self.planned(turn, choice, policy).with_record(tool_block=[])
+        return self.planned(turn, choice, policy).with_record(RecordPatch(tool_block=()))
 
     async def rechoose(self, turn: TurnTools, choice: Choice, policy: BlockPolicy) -> Turn:
         frozen = FrozenBlock(turn.catalog.key, choice.block, choice.surfaced, choice.deferred)
         await self.store.set(self._frozen_key(turn.request), await self._stored(turn.request, turn.catalog, frozen),
                              self.ttl)
         planned = self.planned(turn, choice, policy)
-        return planned.with_note(tool_block_rechosen=True).with_record(tool_block=[])
+        return planned.with_note(tool_block_rechosen=True).with_record(RecordPatch(tool_block=()))
 
     async def _continue_stored(self, request: Turn) -> Turn:
         """Responses: a `previous_response_id` a Keel-answered stream showed the client is the
@@ -350,10 +351,8 @@ class ToolPlanner:
             await self.store.set(self._frozen_key(request), stored, self.ttl)
         return found or frozen
 
-    # A frozen block is stored small: the surfaced tools by name (the catalog, which must be the
-    # same for the block to be used, holds them as the client sent them), the deferred ones as the
-    # rest of the catalog, and Keel's own tools (tool_search's listing is most of the bytes) in
-    # `Blobs`, shared by every conversation that froze the same block.
+    # A frozen block is stored small (`StoredBlock`): Keel's own tools (tool_search's listing is
+    # most of the bytes) in `Blobs`, shared by every conversation that froze the same block.
 
     async def _stored(self, request: Turn, catalog: Catalog, frozen: FrozenBlock) -> bytes:
         surfaced, block = frozen.surfaced, frozen.block
@@ -363,23 +362,23 @@ class ToolPlanner:
         shown = set(surfaced)
         rest = sorted(n for n in catalog.by_name if n not in shown)
         if blobs is None or not own or list(frozen.deferred) != rest:
-            return frozen.to_bytes()
+            return StoredBlock(frozen.catalog, tuple(surfaced), None, tuple(block), tuple(frozen.deferred)).to_stored()
         keel = block[len(surfaced):]
         ref = await blobs.put(request.content_scope, jsontext.dumps(keel), keel)
-        return jsontext.dumps({"catalog": frozen.catalog, "surfaced": surfaced, "keel": ref})
+        return StoredBlock(frozen.catalog, tuple(surfaced), ref).to_stored()
 
     async def _read_frozen(self, request: Turn, catalog: Catalog, raw: bytes) -> FrozenBlock | None:
-        data = jsontext.loads(raw)
-        if not isinstance(data, dict) or data.get("catalog") != catalog.key:
+        stored = StoredBlock.from_stored(raw)  # another format version: absent, the segment chooses afresh
+        if stored is None or stored.catalog != catalog.key:
             return None
-        if "keel" not in data:
-            return FrozenBlock.from_bytes(raw)
-        if self.conversations is None or any(n not in catalog.by_name for n in data["surfaced"]):
+        if stored.keel is None:
+            return FrozenBlock(stored.catalog, list(stored.block), list(stored.surfaced), list(stored.deferred))
+        if self.conversations is None or any(n not in catalog.by_name for n in stored.surfaced):
             return None
-        keel = await self.conversations.blobs.load(request.content_scope, data["keel"], jsontext.loads)
+        keel = await self.conversations.blobs.load(request.content_scope, stored.keel, jsontext.loads)
         if keel is None:  # its content is gone: the segment chooses a block afresh (one cache miss)
             return None
-        surfaced = list(data["surfaced"])
+        surfaced = list(stored.surfaced)
         block = [*(catalog.entries[catalog.by_name[n]].tool for n in surfaced), *keel]
         shown = set(surfaced)
         return FrozenBlock(catalog.key, block, surfaced, sorted(n for n in catalog.by_name if n not in shown))
@@ -401,7 +400,7 @@ class ToolPlanner:
         self._count(request, catalog, surfaced, deferred)
         planned = self.planned(turn, Choice(surfaced, deferred, block, "segment"), policy)
         planned = planned.with_note(tool_block_grew=True) if len(appended) > known else planned
-        return planned.with_record(tool_block=appended)
+        return planned.with_record(RecordPatch(tool_block=tuple(appended)))
 
     def _announce(self, turn: TurnTools, frozen: FrozenBlock, announced: list[str], new: list[str],
                   policy: BlockPolicy) -> Turn:
@@ -412,14 +411,14 @@ class ToolPlanner:
         assert request.location is not None
         newest = request.location.chain.newest_user
         updates = {r.chain_hash: r.tools_update for r in request.location.records if r.tools_update}
-        fields: JsonObject = {}
+        patch = RecordPatch()
         if request.location.kind is not TurnKind.REGENERATED and newest is not None:
             seen = set(found_tools(request.location.records))  # a search answer showed them: in the history already
             announce = [n for n in new if n not in seen]
             text = tools_update(catalog.entries_for(announce)) if announce else None
             if text:
                 updates[newest.hash] = text
-            fields = {"tool_block": [*announced, *new], "tools_update": text}
+            patch = RecordPatch(tool_block=(*announced, *new), tools_update=text)
         rendered_messages, request = prepend_updates(request, turn.messages, updates)
         surfaced = list(frozen.surfaced)
         deferred = [n for n in frozen.deferred if n not in set(announced) | set(new)]
@@ -427,7 +426,7 @@ class ToolPlanner:
         announced_turn = TurnTools(request, catalog, rendered_messages, turn.query, turn.pinned)
         planned = self.planned(announced_turn, Choice(surfaced, deferred, frozen.block, "segment"), policy,
                                [*announced, *new])
-        return planned.with_record(**fields)
+        return planned.with_record(patch)
 
     @staticmethod
     def _ordered(pinned: set[str], messages: Sequence[JsonObject], request: Turn) -> list[str]:

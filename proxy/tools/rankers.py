@@ -10,7 +10,7 @@ import logging
 import threading
 
 from proxy.config import TenantConfig, ToolsConfig
-from proxy.stores import Store
+from proxy.stores import KeyValue
 from proxy.tools.model_fetch import default_model_dir, fetch_model, model_present
 from proxy.tools.ranking import LexicalRanker, Ranker
 from proxy.upstream import Upstream
@@ -19,7 +19,7 @@ log = logging.getLogger("keel.tools")
 
 
 class Rankers:
-    def __init__(self, upstream: Upstream | None = None, store: Store | None = None) -> None:
+    def __init__(self, upstream: Upstream | None = None, store: KeyValue | None = None) -> None:
         self.lexical = LexicalRanker()
         self.upstream, self.store = upstream, store
         self._local: dict[str, Ranker] = {}  # by model directory

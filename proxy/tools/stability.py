@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proxy import jsontext
+from proxy import records
 from proxy.jsontext import JsonObject
 from proxy.tools.catalog import Catalog
 from proxy.turn import Turn
@@ -36,14 +36,39 @@ class FrozenBlock:
     surfaced: list[str]
     deferred: list[str]
 
-    def to_bytes(self) -> bytes:
-        return jsontext.dumps({"catalog": self.catalog, "block": self.block, "surfaced": self.surfaced,
-                               "deferred": self.deferred})
+
+@dataclass(frozen=True)
+class StoredBlock:
+    """A frozen block as stored. Small (`keel` set): the surfaced tools by name (the catalog, which
+    must be the same for the block to be used, holds them as the client sent them), the deferred
+    ones as the rest of the catalog, Keel's own tools by their `Blobs` ref. Whole (`keel` None,
+    when the block is not so made): `block` and `deferred` themselves."""
+
+    catalog: str
+    surfaced: tuple[str, ...]
+    keel: str | None = None
+    block: tuple[JsonObject, ...] = ()
+    deferred: tuple[str, ...] = ()
+
+    def to_stored(self) -> bytes:
+        rest: JsonObject = ({"keel": self.keel} if self.keel is not None
+                            else {"block": list(self.block), "deferred": list(self.deferred)})
+        return records.dump({"catalog": self.catalog, "surfaced": list(self.surfaced), **rest})
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> FrozenBlock:
-        data = jsontext.loads(raw)
-        return cls(str(data["catalog"]), list(data["block"]), list(data["surfaced"]), list(data["deferred"]))
+    def from_stored(cls, raw: bytes) -> StoredBlock | None:
+        """The stored block, or None when `raw` is of another format version: absent."""
+        data = records.load(raw)
+        if data is None:
+            return None
+        try:
+            keel = data.get("keel")
+            return cls(str(data["catalog"]), tuple(str(n) for n in data["surfaced"]),
+                       keel if isinstance(keel, str) else None,
+                       tuple(t for t in data.get("block") or () if isinstance(t, dict)),
+                       tuple(str(n) for n in data.get("deferred") or ()))
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ def _record(position: int, answer: dict[str, Any], catalog: str = "cat") -> Turn
     exchange = HiddenExchange(before=[{"role": "assistant", "tool_calls": [{"id": "s1"}]},
                                       {"role": "tool", "tool_call_id": "s1", "content": "found"}],
                               visible=None, after=[], answer=fingerprint(answer), catalog=catalog)
-    return TurnRecord("h", "seg", "conv", position, hidden_exchanges=[exchange.to_dict()])
+    return TurnRecord("h", "seg", "conv", position, hidden_exchanges=(exchange,))
 
 
 def test_splice_puts_an_exchange_back_before_the_answer_it_led_to() -> None:
