@@ -47,7 +47,7 @@ class CacheAccounting:
         self.proofs = proofs if request.location is not None and request.location.caller else None
         self._parser: EventParser | None = None
         self._usage: JsonObject | None = None
-        self._answer = AnswerReader(request.shape) if self.proofs is not None else None
+        self._answer = AnswerReader(request.shape.framings()) if self.proofs is not None else None
         self._recording: asyncio.Task[None] | None = None
         self._finished = False
         self.ended = False  # the stream's last event was read (see `watch`)

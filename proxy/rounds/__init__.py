@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from proxy.errors import ProxyError
 from proxy.jsontext import Json, JsonObject
@@ -150,6 +150,14 @@ class StreamFraming(Protocol):
     def saw_end(self) -> bool:
         """The upstream's own stream ended with its end marker."""
         ...
+
+
+class Framings(NamedTuple):
+    """How a shape's answers are read and written: whole, and a new streamed reader per reply
+    (`Shape.framings`)."""
+
+    json: JsonFraming
+    stream: Callable[[], StreamFraming]
 
 
 class RenumberedStream:

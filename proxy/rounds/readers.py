@@ -6,21 +6,17 @@ The same framings the round loop uses, fed passively: nothing they write goes an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from proxy.messages import Message
-from proxy.rounds import StreamFraming
+from proxy.rounds import Framings, StreamFraming
 from proxy.sse import Event
-
-if TYPE_CHECKING:
-    from proxy.shapes import Shape
 
 
 class AnswerReader:
     """One reply's answer: `body` for a whole one, `feed` then `shown` for a stream."""
 
-    def __init__(self, shape: Shape) -> None:
-        self._json, self._stream_type = shape.framings()  # no dispatch catalog: the client's calls as sent
+    def __init__(self, framings: Framings) -> None:
+        """`framings`: the shape's, without a dispatch catalog (the client's calls as sent)."""
+        self._json, self._stream_type = framings
         self._stream: StreamFraming | None = None
 
     def body(self, raw: bytes) -> Message | None:

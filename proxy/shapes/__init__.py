@@ -15,24 +15,16 @@ the planners ask about instead of its name. Adding a shape is one module here an
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from proxy.codecs import Codec
     from proxy.errors import ProxyError
     from proxy.jsontext import Json, JsonObject
     from proxy.respcache.replay import AnswerShape
-    from proxy.rounds import JsonFraming, StreamFraming
+    from proxy.rounds import Framings
     from proxy.tools.catalog import Catalog
     from proxy.usage import Usage
-
-
-class Framings(NamedTuple):
-    """How the shape's answers are read and written: whole, and a new streamed reader per reply."""
-
-    json: JsonFraming
-    stream: Callable[[], StreamFraming]
 
 
 class ShownIds(Protocol):

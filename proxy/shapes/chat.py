@@ -12,8 +12,8 @@ from proxy.errors import ProxyError
 from proxy.jsontext import Json, JsonObject
 from proxy.respcache.chat import ChatAnswers
 from proxy.respcache.replay import AnswerShape
+from proxy.rounds import Framings
 from proxy.rounds.chat import ChatJson, ChatStream
-from proxy.shapes import Framings
 from proxy.tools.catalog import Catalog
 from proxy.usage import Usage
 

@@ -10,8 +10,9 @@ from proxy.errors import ProxyError, anthropic_error_body
 from proxy.jsontext import Json, JsonObject
 from proxy.respcache.messages import MessagesAnswers
 from proxy.respcache.replay import AnswerShape
+from proxy.rounds import Framings
 from proxy.rounds.messages import MessagesJson, MessagesStream
-from proxy.shapes import Framings, ShownIds
+from proxy.shapes import ShownIds
 from proxy.tools.catalog import Catalog
 from proxy.usage import Usage
 

@@ -12,8 +12,8 @@ from proxy.errors import ProxyError
 from proxy.jsontext import Json, JsonObject
 from proxy.respcache.replay import AnswerShape
 from proxy.respcache.responses import ResponsesAnswers
+from proxy.rounds import Framings
 from proxy.rounds.responses import ResponsesJson, ResponsesStream
-from proxy.shapes import Framings
 from proxy.tools.catalog import Catalog
 from proxy.usage import Usage
 
