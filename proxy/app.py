@@ -26,6 +26,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from proxy.accounting import CacheAccounting
 from proxy.callers import ProvenCallers
+from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.codecs import Codec
 from proxy.codecs.chat import ChatCodec
 from proxy.codecs.messages import MessagesCodec
@@ -119,8 +120,10 @@ class Keel:
         ranker: Ranker | None = None,
         memory_gate: MemoryGate | None = None,
         stage_deadline: float = STAGE_DEADLINE,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock  # where time passing changes what Keel does (proxy/clock.py)
         self.upstream = upstream
         self.metrics = Metrics()
         # One breaker for the store; the request path waits `budget_ms`, background work longer.
@@ -132,7 +135,7 @@ class Keel:
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background,
                                            config.store.blob_ttl_seconds)
-        self.owners = Owners(self.store, background)
+        self.owners = Owners(self.store, background, clock)
         self.callers = ProvenCallers(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
@@ -175,7 +178,7 @@ class Keel:
         def ranker_for(tenant: TenantConfig) -> Ranker:  # its scores and usage reach the turn's savings meter
             return traced(chosen(tenant))
 
-        learned = LearnedPhrases(self.store)
+        learned = LearnedPhrases(self.store, clock=self.clock)
         tools = ToolPlanner(CatalogCache(self.tokens), ranker_for, self.metrics,
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics,
                                                                      learned),
@@ -459,14 +462,16 @@ def create_app(
     ranker: Ranker | None = None,
     memory_gate: MemoryGate | None = None,
     stage_deadline: float = STAGE_DEADLINE,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> FastAPI:
     """Every seam can be replaced: the store, the upstream client, the planner list (or a
-    function of the default list), the tool ranker and the memory gate for every tenant."""
+    function of the default list), the tool ranker and the memory gate for every tenant, and
+    the clock that learned phrases age by and owner-record retries wait on."""
     keel = Keel(
         config,
         store if store is not None else open_store(config.store),
         upstream if upstream is not None else create_upstream(config.server),
-        planners, ranker, memory_gate, stage_deadline,
+        planners, ranker, memory_gate, stage_deadline, clock,
     )
 
     @asynccontextmanager
