@@ -31,7 +31,7 @@ from proxy.codecs import Codec
 from proxy.codecs.chat import ChatCodec
 from proxy.codecs.messages import MessagesCodec
 from proxy.codecs.responses import ResponsesCodec
-from proxy.config import KeelConfig, TenantConfig
+from proxy.config import STAGE_DEADLINE, KeelConfig, TenantConfig, check_stage_deadline
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
@@ -59,7 +59,7 @@ from proxy.memory.spool import MemorySpool
 from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import Owners, checkable, shown_by
-from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
+from proxy.pipeline import Pipeline, Planner
 from proxy.relay import provider_request_id, relay, upstream_headers
 from proxy.respcache.admin import CacheAdmin
 from proxy.respcache.answers import ResponseCache
@@ -122,6 +122,7 @@ class Keel:
         stage_deadline: float = STAGE_DEADLINE,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        check_stage_deadline(config, stage_deadline)  # a ranking ends before its stage is cut off
         self.config = config
         self.clock = clock  # where time passing changes what Keel does (proxy/clock.py)
         self.upstream = upstream

@@ -74,7 +74,7 @@ def test_local_backend_through_http(standin: ServerThread, start_keel: Callable[
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """With backend local, a paraphrase surfaces the right tool once the catalog is indexed."""
     cfg = {"enabled": True, "stability": "per_turn", "defer": {"min_tools": 5}, "select": {"backend": "local", "model_dir": str(MODEL_DIR),
-                                                                   "timeout_ms": 2000}}
+                                                                   "timeout_ms": 1500}}
     monkeypatch.setattr(tool_planner, "NEEDS_TOOL_THRESHOLD", 0.0)
     keel = start_keel(keel_config(tenant(standin.url + "/v1", tools=cfg)))
     body = {"model": "m", "tools": tools(), "messages": [{"role": "user", "content": "How do I drive to Salzburg?"}]}

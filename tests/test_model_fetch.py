@@ -98,7 +98,7 @@ def test_local_backend_fetches_in_background(hub: tuple[str, Counter[str]], tmp_
     tools = [t for t in real_catalog()
              if t["function"]["name"] in wanted]
     cfg = {"enabled": True, "stability": "per_turn", "defer": {"min_tools": 5}, "select": {
-        "backend": "local", "model_dir": str(tmp_path / "minilm"), "model_source": source, "timeout_ms": 2000}}
+        "backend": "local", "model_dir": str(tmp_path / "minilm"), "model_source": source, "timeout_ms": 1500}}
     monkeypatch.setattr(tool_planner, "NEEDS_TOOL_THRESHOLD", 0.0)
     keel = start_keel(keel_config(tenant(standin.url + "/v1", tools=cfg)))
     body = {"model": "m", "tools": tools,  # no word shared with the tool: BM25 cannot find it
