@@ -31,7 +31,7 @@ demo: install
 
 ## install what the tests need and run them
 test: dev
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 ## the unit tier only (no servers; seconds): the spine's pieces on their own
 test-fast: dev

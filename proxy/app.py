@@ -28,7 +28,8 @@ from starlette.responses import RedirectResponse, Response
 from proxy.access import AccessReport
 from proxy.accounting import CacheAccounting
 from proxy.callers import ProvenCallers
-from proxy.config import KeelConfig, TenantConfig
+from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.config import STAGE_DEADLINE, KeelConfig, TenantConfig, check_stage_deadline
 from proxy.context.cache import CachePlanner
 from proxy.context.planner import ContextPlanner
 from proxy.conversations import Conversations
@@ -56,7 +57,7 @@ from proxy.memory.spool import MemorySpool
 from proxy.memory.worker import MemoryWorker
 from proxy.metrics import Metrics
 from proxy.owners import Owners, checkable
-from proxy.pipeline import STAGE_DEADLINE, Pipeline, Planner
+from proxy.pipeline import Pipeline, Planner
 from proxy.relay import Writer, error_response, upstream_headers
 from proxy.respcache.admin import CacheAdmin
 from proxy.respcache.answers import ResponseCache
@@ -123,8 +124,11 @@ class Keel:
         ranker: Ranker | None = None,
         memory_gate: MemoryGate | None = None,
         stage_deadline: float = STAGE_DEADLINE,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        check_stage_deadline(config, stage_deadline)  # a ranking ends before its stage is cut off
         self.config = config
+        self.clock = clock  # where time passing changes what Keel does (proxy/clock.py)
         self.upstream = upstream
         self.metrics = Metrics()
         # One breaker for the store; the request path waits `budget_ms`, background work longer.
@@ -136,7 +140,7 @@ class Keel:
         self.auth = Authenticator(config.tenants, config.server.keel_key_prefixes)
         self.conversations = Conversations(self.store, config.store.conversation_ttl_seconds, background,
                                            config.store.blob_ttl_seconds)
-        self.owners = Owners(self.store, background)
+        self.owners = Owners(self.store, background, clock)
         self.callers = ProvenCallers(self.store, config.store.conversation_ttl_seconds)
         self.tokens = TokenCounter()
         self.memory_book = MemoryBook(background)
@@ -179,7 +183,7 @@ class Keel:
         def ranker_for(tenant: TenantConfig) -> Ranker:  # its scores and usage reach the turn's savings meter
             return traced(chosen(tenant))
 
-        learned = LearnedPhrases(self.store)
+        learned = LearnedPhrases(self.store, clock=self.clock)
         tools = ToolPlanner(CatalogCache(self.tokens), ranker_for, self.metrics,
                             lambda plan, ranker: ToolSearchResponder(plan, ranker, self.conversations, self.metrics,
                                                                      learned),
@@ -362,14 +366,16 @@ def create_app(
     ranker: Ranker | None = None,
     memory_gate: MemoryGate | None = None,
     stage_deadline: float = STAGE_DEADLINE,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> FastAPI:
     """Every seam can be replaced: the store, the upstream client, the planner list (or a
-    function of the default list), the tool ranker and the memory gate for every tenant."""
+    function of the default list), the tool ranker and the memory gate for every tenant, and
+    the clock that learned phrases age by and owner-record retries wait on."""
     keel = Keel(
         config,
         store if store is not None else open_store(config.store),
         upstream if upstream is not None else create_upstream(config.server),
-        planners, ranker, memory_gate, stage_deadline,
+        planners, ranker, memory_gate, stage_deadline, clock,
     )
 
     @asynccontextmanager

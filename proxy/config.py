@@ -26,6 +26,11 @@ class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message names the key."""
 
 
+# Seconds one planner stage may take (`proxy.pipeline.Pipeline.guard`): a backstop. Every budget inside
+# a stage is shorter, so that its own fallback runs before the stage is cut off (`SelectConfig.timeout_ms`).
+STAGE_DEADLINE = 2.0
+
+
 def key_digests(keys: tuple[str, ...]) -> tuple[bytes, ...]:
     """SHA-256 digests of 'sha256:<hex>' and 'env:VAR' keys (env keys read and hashed now)."""
     digests = []
@@ -275,10 +280,36 @@ class SelectConfig(_Model):
     api_key_env: str | None = Field(None, description="embeddings/llm backend: its key; default: the upstream key")
     shortlist: int = Field(5, ge=0, description="tools surfaced from the ranking")
     max_catalog_tools: int = Field(100, ge=1, description="option ceiling per LLM ranking request")
-    timeout_ms: int = Field(250, ge=1, description="deadline for one judgment")
+    timeout_ms: int = Field(250, ge=1, description="deadline for one judgment; shorter than a planner stage's "
+                            f"({STAGE_DEADLINE * 1000:.0f} ms)")
     learn: bool = Field(True, description="remember the words of turns whose tool the model found by search; "
                         "a request worded like them ships the tool beside the ranker's picks (per tenant, in the store)")
     question: str = Field(DEFAULT_NEEDS_TOOL_QUESTION, description="the yes/no needs-tool question")
+
+    @field_validator("timeout_ms")
+    @classmethod
+    def _within_the_stage(cls, value: int) -> int:
+        within_stage(value)
+        return value
+
+
+def within_stage(timeout_ms: int, deadline: float = STAGE_DEADLINE) -> None:
+    """A ranking's deadline must end before its planner stage's: a stage cut off first throws the
+    ranking away with its fallback, and the turn is planned per turn from the request alone (no
+    frozen tool block, no ranking backend) every time the backend is slow, without a word."""
+    if timeout_ms >= deadline * 1000:
+        raise ValueError(f"{timeout_ms} ms is not shorter than a planner stage's deadline ({deadline * 1000:.0f} ms): "
+                         "a ranking still running when the stage is cut off is dropped with its fallback, and the "
+                         "turn planned per turn, lexically, without the tenant's tool block; set it lower")
+
+
+def check_stage_deadline(config: KeelConfig, deadline: float) -> None:
+    """Every tenant's ranking ends before a stage deadline set where Keel is composed."""
+    for tenant in config.tenants:
+        try:
+            within_stage(tenant.tools.select.timeout_ms, deadline)
+        except ValueError as exc:
+            raise ConfigError(f"tenant {tenant.id}: tools.select.timeout_ms: {exc}") from None
 
 
 class SearchConfig(_Model):

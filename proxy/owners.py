@@ -24,7 +24,6 @@ background; until it lands the id is refused to scoped callers (closed, never op
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
@@ -35,6 +34,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import jsontext
 from proxy.background import Background
+from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config import TenantConfig
 from proxy.encoding import Decoder, ReplyEncodingError, decode_all
 from proxy.errors import BadRequestError, ForbiddenError, NotFoundError, StoreUnavailableError
@@ -77,9 +77,10 @@ class Owner:
 
 
 class Owners:
-    def __init__(self, store: KeyValue, background: KeyValue) -> None:
+    def __init__(self, store: KeyValue, background: KeyValue, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self.background = background  # retries, with a longer budget
+        self.clock = clock  # waits between retries
         self.retries = Background("owner_retry_failed", log)  # owner records whose first write overran
 
     @staticmethod
@@ -137,7 +138,7 @@ class Owners:
     def _retry(self, owner: Owner, object_id: str) -> None:
         async def again() -> None:
             for wait in RETRIES:
-                await asyncio.sleep(wait)
+                await self.clock.sleep(wait)
                 try:
                     await self.background.set_if_absent(self._key(owner.account, object_id), owner.value(), OWNER_SECONDS)
                     return

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Protocol, TypeVar, runtime_checkable
 
 from proxy.chain import ContextDigests, Meanings, namespace
-from proxy.config import TenantConfig
+from proxy.config import STAGE_DEADLINE, TenantConfig
 from proxy.conversations import Conversations, TurnKind
 from proxy.metrics import Metrics
 from proxy.proofs import history_fragments
@@ -29,7 +29,6 @@ from proxy.turn import Turn
 
 log = logging.getLogger("keel.pipeline")
 T = TypeVar("T")
-STAGE_DEADLINE = 2.0  # seconds: a backstop; rankers, judges and the store have tighter budgets of their own
 
 
 class Planner(Protocol):

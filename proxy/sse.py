@@ -47,19 +47,19 @@ class EventParser:
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._pending: list[bytes] = []  # chunks of the unfinished event
         self._pending_size = 0
+        self._tail = b""  # the last three pending bytes (chunks may be shorter than a boundary)
         self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> Iterator[Event]:
         if self._pending:
             # A boundary can only start in the last three bytes of what is pending or in the new
             # chunk: look there first, and join the pending chunks only once an event is complete.
-            tail = self._pending[-1][-3:]
-            if not _BOUNDARY.search(tail + chunk):
+            if not _BOUNDARY.search(self._tail + chunk):
                 self._grow(chunk)
                 return
             self._pending.append(chunk)
             buffer = b"".join(self._pending)
-            self._pending, self._pending_size = [], 0
+            self._pending, self._pending_size, self._tail = [], 0, b""
         else:
             buffer = chunk
         start = 0
@@ -73,6 +73,7 @@ class EventParser:
     def _grow(self, piece: bytes) -> None:
         self._pending.append(piece)
         self._pending_size += len(piece)
+        self._tail = (self._tail + piece[-3:])[-3:]
         if self._pending_size > self._max:
             raise EventTooLargeError(f"an event grew past {self._max} bytes without ending")
 

@@ -7,6 +7,7 @@ Plain classes, no patching: pass them in and read what they saw.
     FaultyStore       store=        a real store that fails, hangs or slows on demand ("ok", "raise", "hang", "slow")
     FailingPlanner    planners=     a stage that raises or never finishes
     RecordingUpstream upstream=     the real upstream client, keeping every request it sent
+    FakeClock         clock=        time that moves only when the test says (`advance`)
 
     keel = create_app(config, ranker=FakeRanker(best=["send_email"]), memory_gate=FakeMemoryGate(0.0))
 """
@@ -14,6 +15,8 @@ Plain classes, no patching: pass them in and read what they saw.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -283,3 +286,49 @@ class RecordingUpstream:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class FakeClock:
+    """A `proxy.clock.Clock` that moves only when the test calls `advance` (wall and monotonic
+    time together). `sleep` waits until the clock has been advanced past its end, from any thread:
+    Keel may run in a server thread's loop while the test advances the clock from its own."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+        self._lock = threading.Lock()
+        self._sleepers: list[tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if seconds <= 0:
+                woken.set_result(None)
+            else:
+                self._sleepers.append((self.now + seconds, loop, woken))
+        await woken
+
+    @property
+    def sleeping(self) -> int:
+        """How many sleeps are waiting for the clock to move."""
+        with self._lock:
+            return len(self._sleepers)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+            due = [s for s in self._sleepers if s[0] <= self.now]
+            self._sleepers = [s for s in self._sleepers if s[0] > self.now]
+        for _, loop, woken in due:
+            loop.call_soon_threadsafe(_wake, woken)
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # a sleeper cancelled meanwhile
+        woken.set_result(None)

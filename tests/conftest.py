@@ -135,6 +135,20 @@ def chat_request(**overrides: Any) -> dict[str, Any]:
     return body
 
 
+def tuned(**fields: Any) -> Callable[[list[Any]], list[Any]]:
+    """`start_keel(config, planners=tuned(cut_at_drop=0.0))`: the default planners, the tool planner
+    reading its own `Tuning` (proxy/tools/planner.py) instead of the module's constants."""
+    from proxy.tools.planner import ToolPlanner, Tuning
+
+    def planners(defaults: list[Any]) -> list[Any]:
+        for planner in defaults:
+            if isinstance(planner, ToolPlanner):
+                planner.tuning = Tuning(**fields)
+        return defaults
+
+    return planners
+
+
 def tool(name: str, description: str = "", **params: Any) -> dict[str, Any]:
     props = {k: {"type": v} for k, v in params.items()}
     return {"type": "function", "function": {"name": name, "description": description,

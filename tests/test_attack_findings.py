@@ -20,10 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz import json_values, scripted  # noqa: F401  (the scripted upstream fixture)
 
-import proxy.tools.learned as learned_module
 from proxy.standin.app import StandIn, create_standin_app
 from proxy.standin.script import hidden_call
+from proxy.testing import FakeClock
 from proxy.tokens import TokenCounter
+from proxy.tools.learned import INDEXES_KEPT, LearnedPhrases
 
 ADMIN = "keel-admin-attack"
 ADMIN_DIGEST = hashlib.sha256(ADMIN.encode()).hexdigest()
@@ -155,20 +156,35 @@ def found_by_search(
 
 
 @pytest.fixture
-def learning(stand: ServerThread, start_keel: Callable[..., ServerThread], tmp_path: Path) -> tuple[ServerThread, Path, ServerThread]:
-    """Keel with lean tools on a SQLite file (read back by the test), the stand-in behind it."""
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def learning(stand: ServerThread, start_keel: Callable[..., ServerThread], tmp_path: Path,
+             clock: FakeClock) -> tuple[ServerThread, Path, ServerThread]:
+    """Keel with lean tools on a SQLite file (read back by the test), the stand-in behind it, on a
+    fake clock (`clock`) that moves only when the test says."""
     db = tmp_path / "keel.db"
     tools = {"enabled": True, "stability": "per_turn"}
-    return start_keel(keel_config(tenant(stand.url + "/v1", tools=tools), store={"url": f"sqlite:///{db}"})), db, stand
+    return start_keel(keel_config(tenant(stand.url + "/v1", tools=tools), store={"url": f"sqlite:///{db}"}),
+                      clock=clock), db, stand
 
 
-def test_learned_tools_per_tenant_are_bounded(learning: tuple[ServerThread, Path, ServerThread], monkeypatch: pytest.MonkeyPatch) -> None:
+def learned_phrases(keel: ServerThread) -> LearnedPhrases:
+    learned: LearnedPhrases = keel.app.state.keel.pipeline.planners[0].learned
+    return learned
+
+
+def test_learned_tools_per_tenant_are_bounded(learning: tuple[ServerThread, Path, ServerThread],
+                                             clock: FakeClock) -> None:
     """Every tool a search found was kept for its tenant forever: `TOOLS_PER_TENANT` (now `TOOLS_PER_SCOPE`) capped only what
     a ranking reads, never what the store holds, so a client naming a new tool each turn grew the
     tenant's hash without end. The least recently learned now go once the tenant holds more."""
-    monkeypatch.setattr(learned_module, "TOOLS_PER_SCOPE", 3)
     keel, db, _ = learning
+    learned_phrases(keel).tools_per_scope = 3  # this app's bound, not the module's
     for i in range(6):
+        clock.advance(1)  # each learned a second after the one before
         found_by_search(keel, f"zz_gadget_{i}")
         found_by_search(keel, "plain_request_ranks_again", words="list the tickets")  # a ranking reads the phrases
     assert eventually(lambda: len(learned_fields(db)) <= 3), sorted(learned_fields(db))
@@ -183,27 +199,24 @@ def test_learned_tool_names_are_bounded(learning: tuple[ServerThread, Path, Serv
     assert all(len(name) <= 256 for name in learned_fields(db))
 
 
-def test_learned_phrases_expire(learning: tuple[ServerThread, Path, ServerThread], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_learned_phrases_expire(learning: tuple[ServerThread, Path, ServerThread], clock: FakeClock) -> None:
     """`LearnedPhrases(ttl=90 days)` was never applied: hashes have no TTL in the store, so a user's words
     (up to 500 characters of their message) stayed in the tenant's phrases for good. A phrase older
     than the ttl no longer recalls its tool (and goes at the next reading)."""
     keel, _, _ = learning
     found_by_search(keel, "polish_gadget", words="buff the old trumpet valves until they shine")
-    later = time.time() + 91 * 24 * 3600
-    monkeypatch.setattr(learned_module.time, "time", lambda: later)
-    reply = httpx.post(
-        keel.url + "/v1/chat/completions",
-        headers=AUTH,
-        timeout=15,
-        json={
-            "model": "m",
-            "tools": [*small_catalog(), gadget("polish_gadget")],
-            "messages": [{"role": "user", "content": "buff the trumpet valves until they shine"}],
-        },
-    )
-    assert reply.status_code == 200
-    sent = learning[2].app.state.standin.requests[-1]
-    assert "polish_gadget" not in [t["function"]["name"] for t in sent.get("tools", [])]
+
+    def shipped() -> list[str]:
+        reply = httpx.post(keel.url + "/v1/chat/completions", headers=AUTH, timeout=15, json={
+            "model": "m", "tools": [*small_catalog(), gadget("polish_gadget")],
+            "messages": [{"role": "user", "content": "buff the trumpet valves until they shine"}]})
+        assert reply.status_code == 200
+        return [t["function"]["name"] for t in learning[2].app.state.standin.requests[-1].get("tools", [])]
+
+    clock.advance(89 * 24 * 3600)
+    assert "polish_gadget" in shipped(), "within the ttl the phrase recalls its tool"
+    clock.advance(2 * 24 * 3600)
+    assert "polish_gadget" not in shipped()
 
 
 def test_learned_index_cache_is_bounded(learning: tuple[ServerThread, Path, ServerThread]) -> None:
@@ -222,7 +235,7 @@ def test_learned_index_cache_is_bounded(learning: tuple[ServerThread, Path, Serv
                     "messages": [{"role": "user", "content": "list the tickets"}],
                 },
             ).raise_for_status()
-    assert len(phrases._indexes) <= learned_module.INDEXES_KEPT
+    assert len(phrases._indexes) <= INDEXES_KEPT
 
 
 def test_learned_words_never_reach_another_users_request(learning: tuple[ServerThread, Path, ServerThread]) -> None:

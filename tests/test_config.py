@@ -303,3 +303,25 @@ def test_keepalive_connections_is_for_the_httpx_client_only() -> None:
     data["server"] = {"keepalive_connections": 8, "upstream_client": "httpx"}
     assert parse_config(data).server.keepalive_connections == 8
     assert parse_config(minimal()).server.keepalive_connections == 128, "the httpx default, filled in at load"
+
+
+@pytest.mark.parametrize("timeout_ms", [2000, 5000])
+def test_a_ranking_deadline_past_the_stages_is_refused(timeout_ms: int) -> None:
+    """A ranker's timeout_ms at or past the planner stage's deadline (2 s) would let the stage be cut off
+    before the ranking's own fallback: the ranking dropped, the turn planned per turn, silently. Refused."""
+    with pytest.raises(ConfigError, match=r"tenants\.0\.tools\.select\.timeout_ms.*not shorter than a planner "
+                                          r"stage's deadline \(2000 ms\)"):
+        parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [
+            {"id": "t", "auth": {"passthrough": True}, "upstream": {"base_url": "http://up/v1"},
+             "tools": {"enabled": True, "select": {"timeout_ms": timeout_ms}}}]}, "test")
+
+
+def test_a_stage_deadline_set_where_keel_is_composed_is_checked_too() -> None:
+    from proxy.app import create_app
+
+    config = parse_config({"store": {"url": "sqlite:///:memory:"}, "tenants": [
+        {"id": "t", "auth": {"passthrough": True}, "upstream": {"base_url": "http://up/v1"},
+         "tools": {"enabled": True, "select": {"timeout_ms": 1999}}}]}, "test")
+    with pytest.raises(ConfigError, match=r"tenant t: tools\.select\.timeout_ms: 1999 ms is not shorter"):
+        create_app(config, stage_deadline=0.5)
+    create_app(config)  # within the default 2 s

@@ -46,7 +46,7 @@ async def test_vectors_embedded_once_and_kept_in_the_store(standin: ServerThread
 
 def test_embeddings_backend_through_http(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     cfg = tenant(standin.url + "/v1", tools={"enabled": True, "defer": {"min_tools": 5, "schema_chars": 0},
-                                             "select": {"backend": "embeddings", "model": "emb", "timeout_ms": 2000}})
+                                             "select": {"backend": "embeddings", "model": "emb", "timeout_ms": 1500}})
     keel = start_keel(keel_config(cfg))
     body = {"model": "m", "tools": TOOLS, "messages": [{"role": "user", "content": "thing number 7 please"}]}
     for _ in range(3):

@@ -7,8 +7,11 @@ messages, tool results, memory entries, and one private tool whose description n
 (so a leaked search answer or frozen tool block shows). Hypothesis draws how each user
 identifies (end user id, conversation id, nothing at all, or a passthrough tenant with the
 user's own provider key), whether both open with the same words and the same system prompt,
-and a sequence of turns, regenerations, edits, tool rounds, memory changes and system prompt
-changes. Every upstream request made for a user must carry no marker of the other, and an answer
+whether the opening asks for the private tool (then Keel's own tool_search answer, which names
+the user's private tool, is stored on a prefix both users may share) and whether a user with an
+id has a memory before it (frozen into the segment's front: a seed that ignores who asks puts
+it into the other's request), and a sequence of turns, regenerations, edits, tool rounds, memory changes and
+system prompt changes. Every upstream request made for a user must carry no marker of the other, and an answer
 a user gets from Keel's response cache must be one of that same caller's own earlier requests.
 """
 
@@ -25,7 +28,7 @@ import httpx
 import orjson
 import pytest
 from conftest import KEY, KEY_DIGEST, REDIS_URL, ServerThread, keel_config, small_catalog, tenant
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from proxy.standin.script import hidden_call
@@ -151,16 +154,25 @@ def reply_into_history(user: User, message: dict[str, Any]) -> None:
         user.history.append({"role": "tool", "tool_call_id": call["id"], "content": user.mark("toolresult")})
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=27, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # +3 examples
 @given(identities=st.one_of(st.sampled_from(IDENTITIES).map(lambda i: (i, i)),  # alike users collide most
                             st.tuples(st.sampled_from(IDENTITIES), st.sampled_from(IDENTITIES))),
-       same_words=st.booleans(), same_system=st.booleans(),
+       same_words=st.booleans(), same_system=st.booleans(), tool_opening=st.booleans(), remembered=st.booleans(),
        events=st.lists(st.tuples(st.integers(0, 1), st.sampled_from(EVENTS)), min_size=2, max_size=8),
        seed=st.integers(0, 2**16))
+# Private bytes on a shared prefix, for each kind of caller two users can be to Keel: one caller (no
+# ids under one key: only the catalog filter of `hidden.splice` keeps the other's search answer out),
+# two end users of one key (the seed's user), two provider keys of a passthrough tenant (its scope).
+@example(identities=("none", "none"), same_words=True, same_system=True, tool_opening=True, remembered=False,
+         events=[(0, "turn"), (1, "turn")], seed=1)
+@example(identities=("user", "user"), same_words=True, same_system=True, tool_opening=True, remembered=True,
+         events=[(1, "turn"), (0, "tool")], seed=2)
+@example(identities=("passthrough", "passthrough"), same_words=True, same_system=True, tool_opening=True,
+         remembered=False, events=[(1, "turn"), (0, "regenerate")], seed=3)
 def test_no_user_content_reaches_another_users_request(replicas: tuple[ServerThread, ServerThread],
                                                         standin: ServerThread, identities: tuple[str, str],
-                                                        same_words: bool, same_system: bool,
-                                                        events: list[tuple[int, str]], seed: int) -> None:
+                                                        same_words: bool, same_system: bool, tool_opening: bool,
+                                                        remembered: bool, events: list[tuple[int, str]], seed: int) -> None:
     """Whatever two users do, in any order, on either replica, neither's content reaches the other,
     and neither is answered from the cache with the other's answer."""
     run = next(_COUNTER)
@@ -170,7 +182,13 @@ def test_no_user_content_reaches_another_users_request(replicas: tuple[ServerThr
     for user in users:  # the opening: the same words and system prompt for both, or their own
         if not same_system:
             user.system = f"You help {user.mark('system')}."
-        user.history = [{"role": "user", "content": "What can you do?" if same_words else user.mark("opening")}]
+        opening = "What can you do?" if same_words else user.mark("opening")
+        if tool_opening:  # the model searches for the private tool at once: Keel's answer names it
+            opening += " " + hidden_call("private_lookup", '{"q": "x"}')
+        user.history = [{"role": "user", "content": opening}]
+        if remembered and user.identity == "user":  # kept before the first turn: in the segment's front
+            httpx.put(replicas[0].url + "/v1/keel/memory/first", json={"value": user.mark("memory")},
+                      headers=user.headers(), timeout=10).raise_for_status()
     for who, event in [(0, "open"), (1, "open"), (0, "common"), (1, "common"), *events]:
         user, other = users[who], users[1 - who]
         replica = replicas[pick.randrange(2)]
@@ -287,3 +305,33 @@ def test_isolation_on_every_shape(standin: ServerThread, start_keel: Callable[..
         sent = orjson.dumps(standin.app.state.standin.requests[-1]).decode()
         assert system in sent and all(other not in sent for other in ("ALICE", "BOB", "CAROL", "DAVE")
                                       if other != name)
+
+
+def test_a_search_answer_from_another_catalog_never_returns(standin: ServerThread,
+                                                             start_keel: Callable[..., ServerThread]) -> None:
+    """One caller to Keel (one key, no ids), two tool catalogs: Alice's holds her private tool, and
+    Keel's own tool_search answer to her opening names it. Bob, under the same key, continues
+    Alice's visible conversation word for word (her answer's call id is the proof) with his own
+    catalog: the stored search answer belongs to her catalog, and none of its bytes reach his request."""
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", **FEATURES)))
+    opening = {"role": "user", "content": "Look things up in my records " + hidden_call("private_lookup", '{"q": "x"}')}
+
+    def send(marker: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+        body = {"model": "m", "tools": User(marker, "none").tools(),
+                "messages": [{"role": "system", "content": "You help people."}, *history]}
+        reply = httpx.post(keel.url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {KEY}"},
+                           timeout=30)
+        assert reply.status_code == 200, reply.text
+        message: dict[str, Any] = reply.json()["choices"][0]["message"]
+        return message
+
+    answer = send("ALICEPRIVATE", [opening])
+    assert answer["tool_calls"][0]["function"]["name"] == "private_lookup"
+    searched = [orjson.dumps(b).decode() for b in standin.app.state.standin.requests]
+    assert any('"role":"tool"' in b and "ALICEPRIVATE" in b for b in searched), "Keel's search answer named her tool"
+    visible = {k: v for k, v in answer.items() if v is not None and k != "refusal"}
+    result = {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": "nothing found"}
+    before = len(standin.app.state.standin.requests)
+    send("BOBPRIVATE", [opening, visible, result])
+    for body in list(standin.app.state.standin.requests)[before:]:
+        assert "ALICEPRIVATE" not in orjson.dumps(body).decode(), "another catalog's search answer was spliced in"

@@ -15,7 +15,7 @@ TOOLS = [tool(f"{VERBS[i % 5]}_thing_{i}", f"Handles thing {i}.", **PARAMS) for 
 
 def llm_tenant(url: str, **select: Any) -> dict[str, Any]:
     return tenant(url, tools={"enabled": True, "stability": "per_turn", "defer": {"min_tools": 5},
-                              "select": {"backend": "llm", "model": "judge", "timeout_ms": 5000, **select}})
+                              "select": {"backend": "llm", "model": "judge", "timeout_ms": 1500, **select}})
 
 
 def picks(standin: ServerThread) -> list[dict[str, Any]]:

@@ -9,9 +9,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import CATALOGS, KEY, MODEL_DIR, ServerThread, keel_config, needs_catalogs, needs_model, tenant
+from conftest import CATALOGS, KEY, MODEL_DIR, ServerThread, keel_config, needs_catalogs, needs_model, tenant, tuned
 
-from proxy.tools import planner as tool_planner
 from proxy.tools.catalog import build_catalog
 
 pytest.importorskip("onnxruntime", reason="the optional 'local' extra is part of the dev install")
@@ -70,13 +69,11 @@ async def test_unindexed_catalog_ranks_lexically_meanwhile(encoder: LocalEncoder
     assert ranker.ready(catalog)
 
 
-def test_local_backend_through_http(standin: ServerThread, start_keel: Callable[..., ServerThread],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_backend_through_http(standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
     """With backend local, a paraphrase surfaces the right tool once the catalog is indexed."""
     cfg = {"enabled": True, "stability": "per_turn", "defer": {"min_tools": 5}, "select": {"backend": "local", "model_dir": str(MODEL_DIR),
-                                                                   "timeout_ms": 2000}}
-    monkeypatch.setattr(tool_planner, "NEEDS_TOOL_THRESHOLD", 0.0)
-    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools=cfg)))
+                                                                   "timeout_ms": 1500}}
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools=cfg)), planners=tuned(needs_tool_threshold=0.0))
     body = {"model": "m", "tools": tools(), "messages": [{"role": "user", "content": "How do I drive to Salzburg?"}]}
     headers = {"authorization": f"Bearer {KEY}"}
     deadline = time.monotonic() + 30

@@ -203,10 +203,10 @@ def durable_config(standin: ServerThread, model: ServerThread, spool: Path, url:
 def test_memory_asks_survive_a_slow_store(standin: ServerThread, memory_model: Any,
                                           start_keel: Callable[..., ServerThread], tmp_path: Path,
                                           real_store: Callable[[], QueueStore]) -> None:
-    """Every store call takes 0.4 s, past the request's 250 ms budget (a store that is merely
+    """Every store call takes 0.3 s, past the request's 250 ms budget (a store that is merely
     slow): every user's fact and its correction are applied, in order, each judged once."""
     model, server = memory_model
-    store = FaultyStore(real_store(), "slow", delay=0.4)
+    store = FaultyStore(real_store(), "slow", delay=0.3)
     keel = start_keel(durable_config(standin, server, tmp_path / "spool"), store=store)
     fact_and_correction(keel, 4)
     assert eventually(lambda: corrected(keel, 4), 60)

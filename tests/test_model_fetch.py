@@ -11,12 +11,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import KEY, MODEL_DIR, ServerThread, keel_config, needs_model, tenant
+from conftest import KEY, MODEL_DIR, ServerThread, keel_config, needs_model, tenant, tuned
 from fastapi import FastAPI, Response
 from fastapi.responses import FileResponse
 
 from proxy.cli import main
-from proxy.tools import planner as tool_planner
 from proxy.tools.model_fetch import DIGESTS, ModelFetchError, fetch_model, onnx_variant
 
 pytest.importorskip("onnxruntime", reason="the optional 'local' extra is part of the dev install")
@@ -86,8 +85,7 @@ def test_cli_fetch_and_failure(hub: tuple[str, Counter[str]], tmp_path: Path, ca
 
 
 def test_local_backend_fetches_in_background(hub: tuple[str, Counter[str]], tmp_path: Path, standin: ServerThread,
-                                             start_keel: Callable[..., ServerThread],
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+                                             start_keel: Callable[..., ServerThread]) -> None:
     """A local backend whose directory is empty answers at once (BM25 meanwhile), fetches the model
     in the background, then ranks a paraphrase by meaning."""
     from conftest import real_catalog
@@ -98,9 +96,8 @@ def test_local_backend_fetches_in_background(hub: tuple[str, Counter[str]], tmp_
     tools = [t for t in real_catalog()
              if t["function"]["name"] in wanted]
     cfg = {"enabled": True, "stability": "per_turn", "defer": {"min_tools": 5}, "select": {
-        "backend": "local", "model_dir": str(tmp_path / "minilm"), "model_source": source, "timeout_ms": 2000}}
-    monkeypatch.setattr(tool_planner, "NEEDS_TOOL_THRESHOLD", 0.0)
-    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools=cfg)))
+        "backend": "local", "model_dir": str(tmp_path / "minilm"), "model_source": source, "timeout_ms": 1500}}
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", tools=cfg)), planners=tuned(needs_tool_threshold=0.0))
     body = {"model": "m", "tools": tools,  # no word shared with the tool: BM25 cannot find it
             "messages": [{"role": "user", "content": "tell the team in chat that we shipped"}]}
     headers = {"authorization": f"Bearer {KEY}"}

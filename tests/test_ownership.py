@@ -19,10 +19,10 @@ import pytest
 from conftest import ServerThread, eventually, keel_config
 from recorder import lifespan, read_body
 
-import proxy.owners as owners_module
+from proxy.owners import RETRIES
 from proxy.standin.app import StandIn, create_standin_app
 from proxy.stores.sqlite import SqliteStore
-from proxy.testing import FaultyStore
+from proxy.testing import FakeClock, FaultyStore
 from proxy.tokens import TokenCounter
 
 KEYS = {"alice": "sk-keel-alice", "bob": "sk-keel-bob", "other": "sk-keel-other", "solo": "sk-keel-solo"}
@@ -269,19 +269,26 @@ def test_an_accounts_one_key_is_checked_only_between_its_users(keel: ServerThrea
 
 
 def test_an_owner_record_that_could_not_be_written_never_opens_the_id(
-        provider: tuple[Provider, ServerThread], start_keel: Callable[..., ServerThread], tmp_path: Any,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        provider: tuple[Provider, ServerThread], start_keel: Callable[..., ServerThread], tmp_path: Any) -> None:
     """A record whose write failed left the id open to every caller of the tenant. Now the id is closed
     to other keys (a 404, or a 503 while the store cannot answer) and the write is retried in the
-    background until the owner has it."""
-    monkeypatch.setattr(owners_module, "RETRIES", (0.3,) * 40)
+    background until the owner has it (the wait between retries on a fake clock the test moves)."""
     store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), mode="ok")
-    keel = start_keel(keel_config(*tenants(provider[1].url)), store=store)
+    clock = FakeClock()
+    keel = start_keel(keel_config(*tenants(provider[1].url)), store=store, clock=clock)
     store.mode = "raise"
     theirs = create_response(keel, "alice").id  # delivered, unrecorded
+    assert eventually(lambda: clock.sleeping > 0), "a retry waits (one per unrecorded id)"
     bob = httpx.get(keel.url + f"/v1/responses/{theirs}", headers=auth("bob"))
     assert bob.status_code == 503 and bob.json()["error"]["code"] == "store_unavailable"
+    clock.advance(RETRIES[0])  # the first retries, while the store still fails: they wait again
+    assert eventually(lambda: clock.sleeping > 0)
     store.mode = "ok"
-    assert eventually(lambda: httpx.get(keel.url + f"/v1/responses/{theirs}", headers=auth("alice")).status_code == 200,
-                      seconds=10)
+
+    def recorded() -> bool:
+        if clock.sleeping and keel.app.state.keel.store.healthy:  # the breaker closed: the next retry
+            clock.advance(RETRIES[-1])
+        return httpx.get(keel.url + f"/v1/responses/{theirs}", headers=auth("alice")).status_code == 200
+
+    assert eventually(recorded, seconds=10)
     assert httpx.get(keel.url + f"/v1/responses/{theirs}", headers=auth("bob")).status_code == 404

@@ -10,9 +10,8 @@ from conftest import keel_config, tenant, tool
 from proxy.metrics import Metrics
 from proxy.testing import FakeRanker
 from proxy.tokens import TokenCounter
-from proxy.tools import planner as tool_planner
 from proxy.tools.catalog import CatalogCache
-from proxy.tools.planner import ToolPlan, ToolPlanner
+from proxy.tools.planner import ToolPlan, ToolPlanner, Tuning
 from proxy.tools.search import listing, search_tool
 from proxy.turn import Turn
 
@@ -34,13 +33,14 @@ def request(text: str, *, history: list[dict[str, Any]] | None = None, tools_cfg
     return Turn(config.tenants[0], b"", payload, {}, "rid")
 
 
-def planner(ranker: FakeRanker) -> tuple[ToolPlanner, Metrics]:
+def planner(ranker: FakeRanker, tuning: Tuning | None = None) -> tuple[ToolPlanner, Metrics]:
     metrics = Metrics()
-    return ToolPlanner(CatalogCache(TokenCounter()), lambda cfg: ranker, metrics, lambda plan, ranker: plan), metrics
+    return ToolPlanner(CatalogCache(TokenCounter()), lambda cfg: ranker, metrics, lambda plan, ranker: plan,
+                       tuning=tuning), metrics
 
 
-async def plan(text: str, ranker: FakeRanker | None = None, **kw: Any) -> ToolPlan:
-    p, _ = planner(ranker or FakeRanker())
+async def plan(text: str, ranker: FakeRanker | None = None, tuning: Tuning | None = None, **kw: Any) -> ToolPlan:
+    p, _ = planner(ranker or FakeRanker(), tuning)
     planned = await p.plan(request(text, **kw))
     assert isinstance(planned.responder, ToolPlan)
     return planned.responder
@@ -76,12 +76,11 @@ async def test_needs_tool_gate(needs: float, expect_ranked: bool) -> None:
 
 
 @pytest.mark.parametrize("confidence, width", [(0.24, 5), (0.25, 2), (None, 5)])
-async def test_low_confidence_widens(confidence: float | None, width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_low_confidence_widens(confidence: float | None, width: int) -> None:
     """Below `LOW_CONFIDENCE_BELOW` (or unmeasurable) the shortlist grows by `LOW_CONFIDENCE_EXTRA`."""
-    monkeypatch.setattr(tool_planner, "LOW_CONFIDENCE_BELOW", 0.25)
-    monkeypatch.setattr(tool_planner, "LOW_CONFIDENCE_EXTRA", 3)
     cfg = {"select": {"shortlist": 2}}
-    result = await plan("x", FakeRanker(best=NAMES, confidence=confidence), tools_cfg=cfg)
+    tuning = Tuning(low_confidence_below=0.25, low_confidence_extra=3)
+    result = await plan("x", FakeRanker(best=NAMES, confidence=confidence), tuning, tools_cfg=cfg)
     assert len(result.surfaced) == width
 
 
@@ -91,25 +90,22 @@ async def test_low_confidence_widens(confidence: float | None, width: int, monke
     ((10, 9.5, 6, 5.9, 5.8, 5.7), 0.0, 5),   # off
     ((10, 4, 3.9, 3.8, 3.7, 3.6), 0.2, 3),   # a clear winner never ships alone: a standout can be wrong
 ])
-async def test_standing_out_tools_ship_alone(scores: tuple[float, ...], cut_at_drop: float, width: int,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_standing_out_tools_ship_alone(scores: tuple[float, ...], cut_at_drop: float, width: int) -> None:
     """The shortlist is cut at its largest relative score drop when that drop reaches `CUT_AT_DROP`,
     never below MIN_SHIPPED tools."""
-    monkeypatch.setattr(tool_planner, "CUT_AT_DROP", cut_at_drop)
     cfg = {"select": {"shortlist": 5}}
-    result = await plan("x", FakeRanker(best=NAMES, scores=scores), tools_cfg=cfg)
+    result = await plan("x", FakeRanker(best=NAMES, scores=scores), Tuning(cut_at_drop=cut_at_drop), tools_cfg=cfg)
     assert result.surfaced == tuple(sorted(NAMES[:width]))
     assert set(result.deferred) == set(NAMES) - set(result.surfaced)  # the rest stay one search away
 
 
-async def test_named_tool_survives_no_tool_gate_and_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_named_tool_survives_no_tool_gate_and_failure() -> None:
     """A named tool is surfaced when the gate says no tool, and when the ranking fails (the
     failed backend's place is taken by the lexical ranking, not by nothing)."""
     gate_no = await plan("thanks! use send_email", FakeRanker(best=["fetch"], needs_tool=0.0))
     assert gate_no.surfaced == ("send_email",)
-    monkeypatch.setattr(tool_planner, "NEEDS_TOOL_THRESHOLD", 0)
     failed = await plan("use send_email to send the weather in Paris", FakeRanker(best=["fetch"], error=RuntimeError(
-        "down")))
+        "down")), Tuning(needs_tool_threshold=0))
     assert "send_email" in failed.surfaced and "get_weather" in failed.surfaced and "fetch" not in failed.surfaced
     assert failed.outcome == "ranking_fallback"
 

@@ -11,10 +11,9 @@ import httpx
 import openai
 import orjson
 import pytest
-from conftest import KEY, ServerThread, keel_config, real_catalog, tenant
+from conftest import KEY, ServerThread, keel_config, real_catalog, tenant, tuned
 
 from proxy.standin.script import hidden_call
-from proxy.tools import planner as tool_planner
 
 AUTH = {"authorization": f"Bearer {KEY}"}
 
@@ -89,12 +88,11 @@ def test_targeted_prompt_ships_few_tools(keel_tools: ServerThread, standin: Serv
 
 @pytest.mark.parametrize("cut_at_drop, most", [(0.2, 8), (0.0, 11)])
 def test_standing_out_tools_ship_alone(standin: ServerThread, start_keel: Callable[..., ServerThread],
-                                       cut_at_drop: float, most: int, monkeypatch: pytest.MonkeyPatch) -> None:
+                                       cut_at_drop: float, most: int) -> None:
     """A two-step prompt ships each step's tool; the cut at a score drop keeps the rest to the
     few that stand out (at least MIN_SHIPPED of the whole ask, a few per step), cut off, the
     shortlist and each step's three."""
-    monkeypatch.setattr(tool_planner, "CUT_AT_DROP", cut_at_drop)
-    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1")))
+    keel = start_keel(keel_config(tools_tenant(standin.url + "/v1")), planners=tuned(cut_at_drop=cut_at_drop))
     sdk(keel).chat.completions.create(model="m", tools=catalog(), messages=[{  # type: ignore[arg-type]
         "role": "user", "content": "Create a new branch called feature-login in the acme/web repo and open a pull "
                                    "request for it"}])

@@ -4,6 +4,7 @@ would have sent. Driven with the openai SDK through Keel in front of the stand-i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,12 +91,26 @@ def test_a_dead_store_still_ships_few_tools_and_answers_tool_search(
     store.mode = "ok"
 
 
+class Stubborn(FakeRanker):
+    """A backend that does not stop when its deadline cancels it (a call it cannot abandon)."""
+
+    async def rank(self, query: str, catalog: Catalog, candidates: Sequence[int], shortlist: int) -> Ranking:
+        self.calls += 1
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            await asyncio.sleep(self.delay)  # cancelled at select.timeout_ms: finishes anyway, then gives up
+            raise
+        raise AssertionError("never reached")
+
+
 def test_a_tools_stage_over_its_deadline_ships_a_lexical_choice(
         standin: ServerThread, start_keel: Callable[..., ServerThread]) -> None:
-    """A ranking backend slower than the stage's deadline (its own timeout set longer): the stage
-    is cut off, and the turn ships the lexical choice instead of the client's catalog."""
-    slow = FakeRanker(best=["never_ranked"], delay=3.0)
-    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "select": {"timeout_ms": 10_000}}))
+    """A ranking backend that overruns even its own timeout (its timeout is shorter than the stage's,
+    as config requires, but it does not stop when cancelled): the stage is cut off, and the turn
+    ships the lexical choice instead of the client's catalog."""
+    slow = Stubborn(best=["never_ranked"], delay=3.0)
+    config = keel_config(tenant(standin.url + "/v1", tools={"enabled": True, "select": {"timeout_ms": 100}}))
     keel = start_keel(config, ranker=slow, stage_deadline=0.3)
     catalog = large_catalog()
     sdk(keel).chat.completions.create(model="m", tools=catalog,  # type: ignore[arg-type]

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
 
+from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.stores import Hashes, StoreError, key
 from proxy.tools.catalog import Catalog
 from proxy.tools.lexical import LexicalIndex, term_frequencies
@@ -71,9 +71,12 @@ class LearnedPhrases:
     """Phrases per tool, and which tool models call before which (`learn_sequence`): the step a
     multi-step ask leaves unsaid (stage before commit, open the page before reading its console)."""
 
-    def __init__(self, store: Hashes, ttl: float = 90 * 24 * 3600) -> None:
+    def __init__(self, store: Hashes, ttl: float = 90 * 24 * 3600, clock: Clock = SYSTEM_CLOCK,
+                 tools_per_scope: int = TOOLS_PER_SCOPE) -> None:
         self.store = store
         self.ttl = ttl
+        self.clock = clock  # when a phrase was learned, how old a cached index is
+        self.tools_per_scope = tools_per_scope
         self._sequences: OrderedDict[str, tuple[float, dict[str, dict[str, int]]]] = OrderedDict()
         self._indexes: OrderedDict[tuple[str, str],
                                    tuple[float, list[str], LexicalIndex | None, list[list[set[str]]]]] = OrderedDict()
@@ -91,7 +94,7 @@ class LearnedPhrases:
         raw = await self.store.hget(self._key(scope), tool)
         entry = _entry(raw) if raw else None
         phrases = [*(p for p in (entry[1] if entry else ()) if p != phrase), phrase][-PHRASES_PER_TOOL:]
-        await self.store.hset(self._key(scope), tool, orjson.dumps({"at": time.time(), "phrases": phrases}), self.ttl)
+        await self.store.hset(self._key(scope), tool, orjson.dumps({"at": self.clock.time(), "phrases": phrases}), self.ttl)
         for cached in [k for k in self._indexes if k[0] == scope]:
             del self._indexes[cached]  # seen on the next ranking in this process; other replicas within a minute
 
@@ -113,25 +116,25 @@ class LearnedPhrases:
             data, dict) else {}
         counts[before] = counts.get(before, 0) + 1
         kept = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:BEFORE_PER_TOOL])
-        await self.store.hset(self._sequence_key(scope), after, orjson.dumps({"at": time.time(), "before": kept}))
+        await self.store.hset(self._sequence_key(scope), after, orjson.dumps({"at": self.clock.time(), "before": kept}))
         self._sequences.pop(scope, None)
 
     async def predecessors(self, scope: str) -> dict[str, dict[str, int]]:
         """Per tool, the tools models called right before it in this scope, with how often (read
         once a minute per scope; expired entries are skipped)."""
         cached = self._sequences.get(scope)
-        if cached is not None and time.monotonic() - cached[0] < REFRESH_SECONDS:
+        if cached is not None and self.clock.monotonic() - cached[0] < REFRESH_SECONDS:
             return cached[1]
         try:
             raw = await self.store.hgetall(self._sequence_key(scope))
         except StoreError:
             return {}
-        now, found = time.time(), {}
+        now, found = self.clock.time(), {}
         for name, value in raw.items():
             data = orjson.loads(value)
             if isinstance(data, dict) and now - float(data.get("at", now)) < self.ttl:
                 found[name] = {k: int(v) for k, v in (data.get("before") or {}).items() if isinstance(v, int)}
-        self._sequences[scope] = (time.monotonic(), found)
+        self._sequences[scope] = (self.clock.monotonic(), found)
         self._sequences.move_to_end(scope)
         while len(self._sequences) > INDEXES_KEPT:
             self._sequences.popitem(last=False)
@@ -159,23 +162,23 @@ class LearnedPhrases:
 
     async def _index(self, scope: str, catalog: Catalog) -> tuple[list[str], LexicalIndex, list[list[set[str]]]] | None:
         cached = self._indexes.get((scope, catalog.key))
-        if cached is not None and time.monotonic() - cached[0] < REFRESH_SECONDS:
+        if cached is not None and self.clock.monotonic() - cached[0] < REFRESH_SECONDS:
             return (cached[1], cached[2], cached[3]) if cached[2] is not None else None
         try:
             raw = await self.store.hgetall(self._key(scope))
         except StoreError:
             return None
         entries = {name: _entry(value) for name, value in raw.items()}
-        now = time.time()
+        now = self.clock.time()
         live = {name: e for name, e in entries.items() if e is not None and now - e[0] < self.ttl}
-        kept = set(sorted(live, key=lambda name: -live[name][0])[:TOOLS_PER_SCOPE])  # the newest learned
+        kept = set(sorted(live, key=lambda name: -live[name][0])[:self.tools_per_scope])  # the newest learned
         self._prune(scope, [name for name in entries if name not in kept])
         names = sorted(name for name in kept if name in catalog.by_name)
         phrases = {name: live[name][1] for name in names}
         docs = [term_frequencies("", " ".join(phrases[name]), "") for name in names]
         words = [[set(terms(p)) for p in phrases[name]] for name in names]  # per tool, like the index's docs
         lexical = LexicalIndex(docs) if docs else None
-        self._indexes[(scope, catalog.key)] = (time.monotonic(), names, lexical, words)
+        self._indexes[(scope, catalog.key)] = (self.clock.monotonic(), names, lexical, words)
         self._indexes.move_to_end((scope, catalog.key))
         while len(self._indexes) > INDEXES_KEPT:
             self._indexes.popitem(last=False)

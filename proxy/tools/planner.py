@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from proxy import jsontext
 from proxy.config import TenantConfig
@@ -46,7 +46,7 @@ log = logging.getLogger("keel.tools")
 # needs-tool gate's weights (`tools/gate.py`), not per deployment: a tenant sets how many tools
 # it wants (`select.shortlist`), these say how sure the ranking must be. `bench/tools.py`
 # measures what they cut; they were config keys once (`config.py` MOVED explains that to a
-# config that still sets one). Read at call time, so a test may patch them.
+# config that still sets one). A planner reads them through its `Tuning`; a test passes its own.
 NEEDS_TOOL_THRESHOLD = 0.5  # P(the turn needs a tool) below this: only pinned and recalled tools ship
 LOW_CONFIDENCE_BELOW = 0.25  # a ranking whose confidence (1 - score[shortlist]/score[0]) is below this, or
 LOW_CONFIDENCE_EXTRA = 3  # unmeasurable, ships this many more tools than the shortlist
@@ -56,7 +56,18 @@ PREREQUISITES = 2  # at most this many such steps per turn
 LEXICAL = LexicalRanker()  # what `afresh` ranks with: in process, nothing to wait for
 
 
-def required_call(ranking: Ranking, candidates: Sequence[int], shortlist: int) -> Ranking:
+@dataclass(frozen=True)
+class Tuning:
+    """The constants above, as one planner reads them (`ToolPlanner(tuning=…)`)."""
+
+    needs_tool_threshold: float = NEEDS_TOOL_THRESHOLD
+    low_confidence_below: float = LOW_CONFIDENCE_BELOW
+    low_confidence_extra: int = LOW_CONFIDENCE_EXTRA
+    cut_at_drop: float = CUT_AT_DROP
+
+
+def required_call(ranking: Ranking, candidates: Sequence[int], shortlist: int,
+                  threshold: float = NEEDS_TOOL_THRESHOLD) -> Ranking:
     """A ranking for a turn whose client requires a tool call: the gate's "no tool" does not hold,
     and a ranking that found fewer than `shortlist` tools is filled in the client's own order (no
     evidence: the client's order is the best prior), so the model has client tools to call, not
@@ -65,7 +76,7 @@ def required_call(ranking: Ranking, candidates: Sequence[int], shortlist: int) -
     floor = ranking.scores[-1] if ranking.scores else 1.0
     filled = [i for i in candidates if i not in set(order)][: max(0, shortlist - len(order))]
     return replace(ranking, order=(*order, *filled), scores=(*ranking.scores, *(floor for _ in filled)),
-                   needs_tool=max(ranking.needs_tool, NEEDS_TOOL_THRESHOLD))
+                   needs_tool=max(ranking.needs_tool, threshold))
 
 
 def tools_update(entries: Sequence[ToolEntry]) -> str:
@@ -112,8 +123,9 @@ class ToolPlanner:
     def __init__(self, catalogs: CatalogCache, ranker_for: Callable[[TenantConfig], Ranker], metrics: Metrics,
                  responder_for: Callable[[ToolPlan, Ranker], Responder], store: KeyValue | None = None,
                  ttl: float = 30 * 24 * 3600, conversations: Conversations | None = None,
-                 learned: LearnedPhrases | None = None) -> None:
+                 learned: LearnedPhrases | None = None, tuning: Tuning | None = None) -> None:
         self.conversations = conversations
+        self.tuning = tuning or Tuning()
         self.learned = learned
         self.store: KeyValue | _NoStore = store if store is not None else _NoStore()
         self.ttl = ttl
@@ -232,7 +244,7 @@ class ToolPlanner:
                       stored: bool = True, window: Window | None = None) -> tuple[list[str], list[str], str]:
         from proxy.tools.text import clauses
 
-        select = request.tenant.tools.select
+        select, tuning = request.tenant.tools.select, self.tuning
         candidates = [i for i, e in enumerate(catalog.entries) if e.name not in pinned]
         ranker = self.ranker(request.tenant) if stored else LEXICAL
         ranking, outcome = await self._rank(request, catalog, query, candidates, ranker)
@@ -246,20 +258,20 @@ class ToolPlanner:
         if ranking is not None and self.learned is not None and select.learn and stored:
             recall = await self.learned.recall(scope_of(request.tenant.id, request.owner), catalog, query, candidates)
             recalled = recall.tools
-            if recall.alike and ranking.needs_tool < NEEDS_TOOL_THRESHOLD:
-                ranking = replace(ranking, needs_tool=NEEDS_TOOL_THRESHOLD)
+            if recall.alike and ranking.needs_tool < tuning.needs_tool_threshold:
+                ranking = replace(ranking, needs_tool=tuning.needs_tool_threshold)
         choice = read_choice(request.body.get("tool_choice"))
         if ranking is not None and choice.required and not choice.named:
-            ranking = required_call(ranking, candidates, select.shortlist)
+            ranking = required_call(ranking, candidates, select.shortlist, tuning.needs_tool_threshold)
         selected: list[str] = []
         if ranking is not None:
-            withheld = ranking.needs_tool < NEEDS_TOOL_THRESHOLD
+            withheld = ranking.needs_tool < tuning.needs_tool_threshold
             self.metrics.tool_gate.labels(request.tenant.id, "withheld" if withheld else "shipped").inc()
-        if ranking is not None and ranking.needs_tool >= NEEDS_TOOL_THRESHOLD:
+        if ranking is not None and ranking.needs_tool >= tuning.needs_tool_threshold:
             width = select.shortlist
-            if ranking.confidence is None or ranking.confidence < LOW_CONFIDENCE_BELOW:
-                width += LOW_CONFIDENCE_EXTRA
-            width = standing_out(ranking.scores, width, CUT_AT_DROP)
+            if ranking.confidence is None or ranking.confidence < tuning.low_confidence_below:
+                width += tuning.low_confidence_extra
+            width = standing_out(ranking.scores, width, tuning.cut_at_drop)
             selected = [catalog.entries[i].name for i in ranking.order[:width]]
             selected += [catalog.entries[i].name for i in recalled if catalog.entries[i].name not in selected]
             steps = clauses(query)
@@ -303,7 +315,7 @@ class ToolPlanner:
             ranking, _ = await self._rank(request, catalog, step, candidates, ranker)
             if ranking is None:
                 continue
-            width = standing_out(ranking.scores, 3, CUT_AT_DROP)
+            width = standing_out(ranking.scores, 3, self.tuning.cut_at_drop)
             added += [n for n in (catalog.entries[i].name for i in ranking.order[:width])
                       if n not in selected and n not in added]
         return added
