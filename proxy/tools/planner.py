@@ -378,7 +378,7 @@ class ToolPlanner:
         if blobs is None or not own or list(frozen.deferred) != rest:
             return frozen.to_bytes()
         keel = block[len(surfaced):]
-        ref = await blobs.put(request.content_scope, jsontext.dumps(keel), keel)
+        ref = await blobs.put_list(request.content_scope, keel, jsontext.dumps)
         return jsontext.dumps({"catalog": frozen.catalog, "surfaced": surfaced, "keel": ref})
 
     async def _read_frozen(self, request: Turn, catalog: Catalog, raw: bytes) -> FrozenBlock | None:
