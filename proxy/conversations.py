@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -38,6 +38,18 @@ def _known_fields(cls: type[D], data: JsonObject) -> D:
     newer or older Keel is read, never a failed turn)."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _without_defaults(record: object) -> bytes:
+    """A record as stored: the fields whose value is not their default (a new conversation's record
+    is mostly nulls and empty lists; `_known_fields` puts them back)."""
+    out = asdict(record)  # type: ignore[call-overload]
+    for f in fields(record):  # type: ignore[arg-type]
+        default = f.default if f.default is not MISSING else (
+            f.default_factory() if f.default_factory is not MISSING else MISSING)
+        if default is not MISSING and out[f.name] == default and type(out[f.name]) is type(default):
+            del out[f.name]
+    return jsontext.dumps(out)
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class TurnRecord:
         return bool(self.context_update or self.tools_update or self.hidden_exchanges or self.dispatched)
 
     def to_bytes(self) -> bytes:
-        return jsontext.dumps(asdict(self))
+        return _without_defaults(self)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> TurnRecord:
@@ -89,7 +101,7 @@ class SegmentAnchor:
     front_ref: str | None = None  # stored: `front` is in `Blobs` under this ref (and empty here)
 
     def to_bytes(self) -> bytes:
-        return jsontext.dumps(asdict(self))
+        return _without_defaults(self)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> SegmentAnchor:
