@@ -33,7 +33,7 @@ from proxy.context.cache import takes_cache_control
 from proxy.jsontext import Json, JsonObject
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
-from proxy.stores import key
+from proxy.stores import Set, key
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import Catalog
 from proxy.tools.ranking import LexicalRanker, Ranker, Ranking
@@ -191,6 +191,7 @@ class TurnMeter:
         self.started = time.time()
         self.before, self.settled = before, settled
         self.finished = False
+        self._remember: tuple[Set, ...] = ()  # this request, for the next turn's estimate: written with the ledger's
 
     def finish(self, usage: Usage, first: Usage | None, rounds: int, calls: Sequence[Json],
                found: Sequence[str]) -> None:
@@ -211,7 +212,7 @@ class TurnMeter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(self.before), ORDER_WAIT)
             facts = await self.facts(usage, first, rounds, called, found)
-            await self.meter.ledger.write(facts)
+            await self.meter.ledger.write(facts, self._remember)
         finally:
             if self.settled is not None and not self.settled.done():
                 self.settled.set_result(None)
@@ -284,8 +285,8 @@ class TurnMeter:
         store = self.meter.ledger.store
         where = key(seed, "savings-prefix", conversation)
         raw = await store.get(where)
-        await store.set(where, orjson.dumps({"at": self.started, "elements": [[d.hex(), n] for d, n in counted]}),
-                        PREFIX_TTL)
+        self._remember = (Set(where, orjson.dumps({"at": self.started, "elements": [[d.hex(), n] for d, n in counted]}),
+                              PREFIX_TTL),)
         total = sum(n for _, n in counted)
         if raw is None or total == 0:
             return 0.0

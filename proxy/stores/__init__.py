@@ -9,11 +9,46 @@ keys on one slot (and `get_many` on them stays a single command).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 
 class StoreError(Exception):
     """The store could not be reached or refused an operation."""
+
+
+@dataclass(frozen=True)
+class Get:
+    key: str
+
+
+@dataclass(frozen=True)
+class Set:
+    key: str
+    value: bytes
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class Append:
+    key: str
+    value: bytes
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class Incr:
+    key: str
+    deltas: Mapping[str, float]
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class Counters:
+    keys: tuple[str, ...]
+
+
+Op = Get | Set | Append | Incr | Counters  # what `Store.batch` takes: each as the call of its name
 
 
 class Store(Protocol):
@@ -35,6 +70,11 @@ class Store(Protocol):
         ...
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
         """Every counter under each key (an empty dict for a key with none)."""
+        ...
+    async def batch(self, ops: Sequence[Op]) -> list[object]:
+        """The ops in order, in one round trip (SQLite: one transaction on the store's thread; Redis:
+        one pipeline, not atomic across keys), each result as its own call returns it (None for a
+        write, bytes | None for Get, int for Append, list of dicts for Counters)."""
         ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
