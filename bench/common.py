@@ -43,9 +43,11 @@ def wait_ready(url: str, timeout: float = 20.0) -> None:
 class Proc:
     """A server subprocess; `cpu()` is its user+system CPU seconds so far (from /proc)."""
 
-    def __init__(self, args: list[str], ready_url: str, root: Path | None = None) -> None:
+    def __init__(self, args: list[str], ready_url: str, root: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "proxy", *args], cwd=root or ROOT,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env={**os.environ, **env} if env else None)
         wait_ready(ready_url)
 
     def cpu(self) -> float:
@@ -68,9 +70,9 @@ def start_standin(rules: str = "openai") -> tuple[Proc, str]:
 
 def start_keel(upstream: str, tenant_extra: dict[str, Any] | None = None,
                server: dict[str, Any] | None = None, kind: str = "openai", store: str | None = None,
-               root: Path | None = None) -> tuple[Proc, str, Path]:
+               root: Path | None = None, env: dict[str, str] | None = None) -> tuple[Proc, str, Path]:
     """Keel on a free port (`store`: its URL, default a SQLite file in a temporary directory;
-    `root`: run the proxy package of another checkout)."""
+    `root`: run the proxy package of another checkout; `env`: added to its environment)."""
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
     tenant: dict[str, Any] = {"id": "bench", "auth": {"keys": [f"sha256:{hashlib.sha256(KEY.encode()).hexdigest()}"]},
@@ -80,7 +82,7 @@ def start_keel(upstream: str, tenant_extra: dict[str, Any] | None = None,
               "tenants": [tenant]}
     (tmp / "keel.yaml").write_text(yaml.safe_dump(config))
     url = f"http://127.0.0.1:{port}"
-    return Proc(["serve", "--config", str(tmp / "keel.yaml")], url + "/healthz", root), url, tmp
+    return Proc(["serve", "--config", str(tmp / "keel.yaml")], url + "/healthz", root, env), url, tmp
 
 
 def catalog_tools(name: str = "all_tools.json") -> list[dict[str, Any]]:

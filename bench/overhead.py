@@ -1,6 +1,6 @@
 """Keel's added latency and CPU per request over calling the stand-in directly.
 
-    python bench/overhead.py [--quick] [--part off|on|shapes ...]
+    python bench/overhead.py [--quick] [--part off|on|shapes|gc|long ...] [--long N]
 
 Both paths are measured in the same run, one after the other, against the same stand-in
 process; Keel runs as its own process so its CPU time per request is read from /proc.
@@ -9,7 +9,14 @@ process; Keel runs as its own process so its CPU time per request is read from /
   CPU per request, streaming time to first byte).
 - `on`: features on (tools lexical with dispatch stability, context.stable, cache auto) for a
   new conversation per request (the first user message differs, the system prompt is one Keel
-  has seen) and a repeated one (the same body again), beside this run's features-off row.
+  has seen) and a repeated one (the same body again), compact and spaced bodies, beside this
+  run's features-off row on the same store: the default SQLite file, then Redis at
+  $KEEL_TEST_REDIS_URL (default redis://127.0.0.1:6379/14, a database this bench empties); with the
+  planner stages skipped per turn (keel_planner_failures_total: a store call over its budget).
+- `gc`: features on, 200 tools, new conversations at concurrency 16 and 64, Keel's garbage
+  collector setting against Python's own (KEEL_GC=default) in this run.
+- `long` (only when named): N new conversations (`--long`, default 20,000) on each store, CPU per
+  turn in the first and last tenth, against features off in this run.
 - `shapes`: features off on /v1/responses and /v1/messages, the same conversation and tools
   in each shape, beside Chat Completions' in this run.
 """
@@ -19,17 +26,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import orjson
+import redis
 from common import KEY, Proc, catalog_tools, percentile, start_keel, start_standin
 
 CONCURRENCY = (1, 16, 64)
 CLIENTS = ("aiohttp", "httpx")  # Keel's upstream client, compared in the same run
-PARTS = ("off", "on", "shapes")
+PARTS = ("off", "on", "shapes", "gc", "long")
 FEATURES = {"tools": {"enabled": True, "stability": "dispatch"}, "context": {"stable": True},
             "cache": {"breakpoints": "auto", "prompt_cache_key": "auto"}}
 CHAT = "/v1/chat/completions"
@@ -181,33 +190,123 @@ async def part_off(quick: bool, standin_url: str) -> None:
     table(["client", "direct p50", "keel p50", "added p50"], ttfb_rows)
 
 
+REDIS = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")  # a database this bench empties
+
+
+def stores() -> dict[str, str | None]:
+    """The stores features on runs against: the default SQLite file, and REDIS (emptied first)."""
+    client = redis.Redis.from_url(REDIS)
+    client.flushdb()
+    client.close()
+    return {"sqlite": None, "redis": REDIS}
+
+
+async def failures(url: str) -> float:
+    """Planner stages Keel skipped so far (keel_planner_failures_total, every planner and tenant)."""
+    async with aiohttp.ClientSession() as client, client.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("keel_planner_failures_total{"))
+
+
 async def part_on(quick: bool, standin_url: str) -> None:
-    """Features on against features off, each body size, new and repeated conversations."""
-    off, off_url, _ = start_keel(standin_url)
-    on, on_url, _ = start_keel(standin_url, FEATURES)
+    """Features on against features off, each body size, new and repeated conversations, on each store;
+    with the planner stages skipped per turn (a store call over its budget is one)."""
     count = 400 if quick else 1200
     rows: list[list[Any]] = []
-    try:
-        for name, body in bodies().items():
-            new = new_conversations(body)
-            warm = new_conversations(body)  # the system prompt and catalog seen before, as in steady state
-            await run(off_url, body, 4, 40)
-            await run(on_url, warm, 4, 40)
-            await run(on_url, body, 4, 40)
-            base_cpu, base_p50 = await cpu_per_request(off, off_url, body, count)
-            new_cpu, new_p50 = await cpu_per_request(on, on_url, new, count)
-            rep_cpu, rep_p50 = await cpu_per_request(on, on_url, body, count)
-            size = f"{len(body) / 1024:.0f} KB"
-            rows.append([name, size, "off", f"{base_cpu:.2f}", "1.00", f"{base_p50:.2f}"])
-            rows.append([name, size, "on, new conversation", f"{new_cpu:.2f}", f"{new_cpu / base_cpu:.2f}",
-                         f"{new_p50:.2f}"])
-            rows.append([name, size, "on, repeated", f"{rep_cpu:.2f}", f"{rep_cpu / base_cpu:.2f}", f"{rep_p50:.2f}"])
-    finally:
-        off.stop()
-        on.stop()
+    for store, store_url in stores().items():
+        off, off_url, _ = start_keel(standin_url, store=store_url)
+        on, on_url, _ = start_keel(standin_url, FEATURES, store=store_url)
+        try:
+            for name, body in bodies().items():
+                new = new_conversations(body)
+                warm = new_conversations(body)  # the system prompt and catalog seen before, as in steady state
+                await run(off_url, body, 4, 40)
+                await run(on_url, warm, 4, 40)
+                await run(on_url, body, 4, 40)
+                base_cpu, base_p50 = await cpu_per_request(off, off_url, body, count)
+                failed = await failures(on_url)
+                new_cpu, new_p50 = await cpu_per_request(on, on_url, new, count)
+                new_failed = await failures(on_url)
+                rep_cpu, rep_p50 = await cpu_per_request(on, on_url, body, count)
+                rep_failed = await failures(on_url)
+                size = f"{len(body) / 1024:.0f} KB"
+                rows.append([store, name, size, "off", f"{base_cpu:.2f}", "1.00", f"{base_p50:.2f}", ""])
+                rows.append([store, name, size, "on, new conversation", f"{new_cpu:.2f}", f"{new_cpu / base_cpu:.2f}",
+                             f"{new_p50:.2f}", f"{(new_failed - failed) / count:.3f}"])
+                rows.append([store, name, size, "on, repeated", f"{rep_cpu:.2f}", f"{rep_cpu / base_cpu:.2f}",
+                             f"{rep_p50:.2f}", f"{(rep_failed - new_failed) / count:.3f}"])
+        finally:
+            off.stop()
+            on.stop()
     print("\nFeatures on (tools lexical + dispatch, context.stable, cache auto): Keel CPU ms per request at "
-          "concurrency 16, against features off in this run")
-    table(["body", "size", "features", "cpu ms", "x off", "p50 ms"], rows)
+          "concurrency 16, against features off on the same store in this run; stage failures per turn")
+    table(["store", "body", "size", "features", "cpu ms", "x off", "p50 ms", "failed/turn"], rows)
+
+
+async def part_gc(quick: bool, standin_url: str) -> None:
+    """Features on, new conversations of the 200-tool body, at concurrency 16 and 64: Keel's garbage
+    collector setting (proxy/gcposture.py) against Python's own (KEEL_GC=default), in this run."""
+    count = 400 if quick else 1200
+    body = bodies()["200 tools"]
+    keels = {"Python's defaults": start_keel(standin_url, FEATURES, env={"KEEL_GC": "default"})[:2],
+             "Keel's setting": start_keel(standin_url, FEATURES)[:2]}
+    rows: list[list[Any]] = []
+    try:
+        for _, url in keels.values():
+            await run(url, new_conversations(body), 4, 40)
+        for conc in (16, 64):
+            base = 0.0
+            for name, (proc, url) in keels.items():
+                cpu0 = proc.cpu()
+                latencies = await run(url, new_conversations(body), conc, count)
+                cpu = (proc.cpu() - cpu0) / count * 1000
+                base = base or cpu
+                rows.append([conc, name, f"{cpu:.2f}", f"{cpu / base:.2f}", f"{percentile(latencies, 0.5) * 1000:.2f}",
+                             f"{percentile(latencies, 0.99) * 1000:.2f}"])
+    finally:
+        for proc, _ in keels.values():
+            proc.stop()
+    print("\nGarbage collector: features on, new conversations, 200 tools; Keel CPU ms per request")
+    table(["conc", "gc", "cpu ms", "x defaults", "p50 ms", "p99 ms"], rows)
+
+
+async def part_long(quick: bool, standin_url: str, conversations: int) -> None:
+    """CPU per turn as the day's conversations grow: `conversations` new conversations (the 50-tool
+    body) at concurrency 16 on each store, CPU per turn by tenth of the run, against features off
+    measured in the same run."""
+    body = bodies()["50 tools"]
+    tenth = max(1, conversations // 10)
+    rows: list[list[Any]] = []
+    for store, store_url in stores().items():
+        off, off_url, _ = start_keel(standin_url, store=store_url)
+        on, on_url, _ = start_keel(standin_url, FEATURES, store=store_url)
+        try:
+            await run(off_url, body, 4, 40)
+            base_cpu, _ = await cpu_per_request(off, off_url, body, 400 if quick else 1200)
+            new = new_conversations(body)
+            done = 0
+            tenths: list[tuple[float, float]] = []
+            failed = await failures(on_url)
+            for _ in range(10):
+                cpu0 = on.cpu()
+                await run(on_url, lambda i, start=done, new=new: new(start + i), 16, tenth)
+                proc_cpu = on.cpu()
+                now_failed = await failures(on_url)
+                tenths.append(((proc_cpu - cpu0) / tenth * 1000, (now_failed - failed) / tenth))
+                failed = now_failed
+                done += tenth
+            for i in (0, 9):
+                cpu, fails = tenths[i]
+                rows.append([store, f"{i * tenth + 1:,}-{(i + 1) * tenth:,}", f"{base_cpu:.2f}", f"{cpu:.2f}",
+                             f"{cpu / base_cpu:.2f}", f"{fails:.3f}"])
+            rows.append([store, "last / first", "", f"{tenths[9][0] / tenths[0][0]:.2f}", "", ""])
+        finally:
+            off.stop()
+            on.stop()
+    print(f"\nA long run: {10 * tenth:,} new conversations (50 tools, features on, concurrency 16); Keel CPU ms "
+          "per turn in the first and last tenth, against features off on the same store in this run")
+    table(["store", "conversations", "off cpu ms", "on cpu ms", "x off", "failed/turn"], rows)
 
 
 async def part_shapes(quick: bool, standin_url: str) -> None:
@@ -238,11 +337,14 @@ async def part_shapes(quick: bool, standin_url: str) -> None:
     table(["body", "size", "path", "added p50", "x chat", "cpu ms", "x chat"], rows)
 
 
-async def main(quick: bool, parts: list[str]) -> None:
+async def main(quick: bool, parts: list[str], long: int) -> None:
     standin, standin_url = start_standin(rules="none")
     try:
         for part in parts:
-            await {"off": part_off, "on": part_on, "shapes": part_shapes}[part](quick, standin_url)
+            if part == "long":
+                await part_long(quick, standin_url, long)
+            else:
+                await {"off": part_off, "on": part_on, "shapes": part_shapes, "gc": part_gc}[part](quick, standin_url)
     finally:
         standin.stop()
 
@@ -259,6 +361,9 @@ def table(head: list[str], rows: list[list[Any]]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer requests (about a minute a part)")
-    parser.add_argument("--part", action="append", choices=PARTS, help="what to measure (default: all)")
+    parser.add_argument("--part", action="append", choices=PARTS,
+                        help="what to measure (default: all but long)")
+    parser.add_argument("--long", type=int, metavar="N", default=20_000,
+                        help="conversations of the long part (default 20,000)")
     args = parser.parse_args()
-    asyncio.run(main(args.quick, args.part or list(PARTS)))
+    asyncio.run(main(args.quick, args.part or [p for p in PARTS if p != "long"], args.long))

@@ -64,7 +64,7 @@ def kind_of(key: str) -> str:
     family = tag.split(":", 1)[0]
     if family in ("savings", "memory", "mq"):
         return f"{family}:{parts[0]}" if parts and parts[0] else family
-    if family in ("judged", "learned", "responses", "response", "embeddings") or family.startswith("health"):
+    if family in ("judged", "learned", "responses", "response", "embeddings", "proofs") or family.startswith("health"):
         return family.split("-")[0]
     return parts[0] if parts and parts[0] else family
 

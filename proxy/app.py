@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from proxy import gcposture
 from proxy.access import AccessReport
 from proxy.accounting import CacheAccounting
 from proxy.callers import ProvenCallers
@@ -389,6 +390,8 @@ def create_app(
                 "detail": f"tiktoken's {keel.tokens.encoding_name} encoding could not be loaded (no network and no "
                           "TIKTOKEN_CACHE_DIR with its file): token counts, savings and cache figures are estimates "
                           "of about 4 characters a token"})
+        if app.state.settle_gc:  # a serving process (proxy/server.py), not an app a test made
+            gcposture.settle()
         yield
         log.info("keel_stopping", extra={"pid": os.getpid()})
         await keel.aclose()
@@ -398,6 +401,7 @@ def create_app(
 
     app = FastAPI(title="Keel", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.keel = keel
+    app.state.settle_gc = False
 
     def guarded(handler: Callable[[Request], Awaitable[Response]],
                 shape: Shape = CHAT) -> Callable[[Request], Awaitable[Response]]:

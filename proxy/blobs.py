@@ -87,6 +87,8 @@ class Blobs:
         self._bytes = 0
         self._values: OrderedDict[tuple[str, str], tuple[Json, int]] = OrderedDict()  # read or written, parsed
         self._written: OrderedDict[tuple[str, str], float] = OrderedDict()  # when this process last wrote it
+        # lists put by `put_list`, by their items' identities: (the items, held so ids stay theirs; text; ref)
+        self._lists: OrderedDict[tuple[int, ...], tuple[tuple[Json, ...], bytes, str]] = OrderedDict()
 
     @staticmethod
     def _key(scope: str, ref: str) -> str:
@@ -108,10 +110,25 @@ class Blobs:
         while len(self._written) > 65536:
             self._written.popitem(last=False)
 
-    async def put(self, scope: str, data: bytes, value: Json = None) -> str:
+    async def put_list(self, scope: str, items: list[Json], dump: Callable[[Json], bytes]) -> str:
+        """`put(scope, dump(items), items)`, a list of the very objects put before (Keel's own tools,
+        made once per listing and never changed) neither dumped nor hashed again."""
+        ids = tuple(id(i) for i in items)
+        found = self._lists.get(ids)
+        if found is None or any(a is not b for a, b in zip(found[0], items, strict=True)):
+            data = dump(items)
+            found = self._lists[ids] = (tuple(items), data, blob_ref(data))
+            while len(self._lists) > 64:
+                self._lists.popitem(last=False)
+        else:
+            self._lists.move_to_end(ids)
+        return await self.put(scope, found[1], items, found[2])
+
+    async def put(self, scope: str, data: bytes, value: Json = None, ref: str | None = None) -> str:
         """Store `data` (what this process stored within one TTL is not written again); its ref.
-        `value`: what `load` would parse it to, kept so this process never parses it."""
-        ref = blob_ref(data)
+        `value`: what `load` would parse it to, kept so this process never parses it; `ref`: the
+        data's ref when the caller knows it."""
+        ref = ref or blob_ref(data)
         if not self._fresh((scope, ref)):
             if len(data) <= CHUNK_MAX:
                 await self._write(scope, ref, _WHOLE + data)

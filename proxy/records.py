@@ -36,6 +36,13 @@ def load(raw: bytes) -> JsonObject | None:
     return data if isinstance(data, dict) and data.get(VERSION) == FORMAT else None
 
 
+def _lean(required: JsonObject, optional: JsonObject) -> JsonObject:
+    """The fields to store: the required ones, and only those optional ones that say something (a
+    new conversation's record is mostly nulls and empty lists; `from_stored` puts them back)."""
+    return {**required, **{k: v for k, v in optional.items() if v is not None and v != "" and v != [] and v != {}
+                           and v != 0.0}}
+
+
 def _strings(value: object) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
@@ -111,15 +118,16 @@ class TurnRecord:
         return bool(self.context_update or self.tools_update or self.hidden_exchanges or self.dispatched)
 
     def to_stored(self) -> bytes:
-        return dump({
+        return dump(_lean({
             "chain_hash": self.chain_hash, "segment": self.segment, "conversation": self.conversation,
-            "position": self.position, "context_update": self.context_update,
+            "position": self.position, "tool_block": list(self.tool_block) if self.tool_block is not None else None,
+        }, {
+            "context_update": self.context_update,
             "context_state": self.context_state.to_stored() if self.context_state is not None else None,
-            "tool_block": list(self.tool_block) if self.tool_block is not None else None,
             "hidden_exchanges": [x.to_stored() for x in self.hidden_exchanges],
             "dispatched": dict(self.dispatched), "tools_update": self.tools_update,
             "created_at": self.created_at, "context": self.context, "needs": list(self.needs),
-        })
+        }))
 
     @classmethod
     def from_stored(cls, raw: bytes) -> TurnRecord | None:
@@ -161,12 +169,11 @@ class SegmentAnchor:
     front_ref: str | None = None  # stored: `front` is in `Blobs` under this ref (and empty here)
 
     def to_stored(self) -> bytes:
-        return dump({
-            "segment": self.segment, "conversation": self.conversation, "front": list(self.front),
-            "date": self.date, "memory": dict(self.memory),
+        return dump(_lean({"segment": self.segment, "conversation": self.conversation}, {
+            "front": list(self.front), "date": self.date, "memory": dict(self.memory),
             "context_state": self.context_state.to_stored() if self.context_state is not None else None,
             "created_at": self.created_at, "front_ref": self.front_ref,
-        })
+        }))
 
     @classmethod
     def from_stored(cls, raw: bytes) -> SegmentAnchor | None:

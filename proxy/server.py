@@ -136,7 +136,14 @@ def app_from_env() -> FastAPI:
     """Factory for multi-worker runs: each worker process loads the config itself."""
     config = load_config(os.environ["KEEL_CONFIG"])
     configure_logging(config.server.log_level)
-    return create_app(config)
+    return served(create_app(config))
+
+
+def served(app: FastAPI) -> FastAPI:
+    """The app as a serving process runs it: its garbage collector set once start-up is done
+    (proxy/gcposture.py)."""
+    app.state.settle_gc = True
+    return app
 
 
 # The quickstart serves what Keel is for: every feature on (the memory model is the upstream's,
@@ -183,7 +190,7 @@ async def serve_quickstart(host: str, port: int, store_url: str) -> None:
     config = quickstart_config(standin_url, store_url, host, port)
     configure_logging(config.server.log_level)
     sock = listening_socket(host, port)
-    servers.append(uvicorn.Server(uvicorn_config(create_app(config), host, port, config.server)))
+    servers.append(uvicorn.Server(uvicorn_config(served(create_app(config)), host, port, config.server)))
     where = "the built-in stand-in provider" if standin_url else "OpenAI (OPENAI_API_KEY is set)"
     log.info("keel_starting", extra=describe(config, host, port, 1))
     print(
@@ -254,7 +261,7 @@ def serve(config_path: str, host: str | None, port: int | None, workers: int | N
                 shutil.rmtree(directory, ignore_errors=True)
         return
     log.info("keel_starting", extra=started)
-    uvicorn.Server(uvicorn_config(create_app(config), host, port, server)).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(served(create_app(config)), host, port, server)).run(sockets=[sock])
 
 
 def serve_standin(host: str, port: int, rules: str, log_level: str = "info", gzip: bool = False) -> None:

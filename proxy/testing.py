@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 
 from proxy.jsontext import JsonObject
 from proxy.memory.gate import GateResult
-from proxy.stores import Store, StoreError
+from proxy.stores import Op, Store, StoreError
 from proxy.stores.queue import DeadJob, Job, JobQueue
 from proxy.tools.catalog import Catalog
 from proxy.tools.ranking import Ranking
@@ -178,6 +178,10 @@ class FaultyStore:
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
         await self.fault("counters")
         return await self.inner.counters(keys)
+
+    async def batch(self, ops: Sequence[Op]) -> list[object]:
+        await self.fault("batch")
+        return await self.inner.batch(ops)
 
     async def ping(self) -> bool:
         try:

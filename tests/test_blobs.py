@@ -61,3 +61,23 @@ async def test_a_lost_piece_is_a_miss_and_is_written_again(tmp_path: Path) -> No
     await writer.put("acme", front(1))
     assert await Blobs(store, 3600).load("acme", ref, bytes) == front(1)
     await store.close()
+
+
+async def test_a_list_of_the_same_objects_is_put_without_dumping_it_again(tmp_path: Path) -> None:
+    """put_list stores what put stores (the same ref, readable by another process); the same
+    objects again are neither dumped nor hashed, other objects with equal content are."""
+    store = SqliteStore(str(tmp_path / "b.db"))
+    blobs = Blobs(store, 3600)
+    items = [{"type": "function", "function": {"name": "tool_search", "description": PROMPT}}, {"a": 1}]
+    dumped: list[int] = []
+
+    def dump(value: object) -> bytes:
+        dumped.append(1)
+        return orjson.dumps(value)
+
+    ref = await blobs.put_list("t", items, dump)
+    assert ref == await Blobs(store, 3600).put("t", orjson.dumps(items))
+    assert await Blobs(store, 3600).load("t", ref, orjson.loads) == items
+    assert await blobs.put_list("t", list(items), dump) == ref and len(dumped) == 1  # the same objects
+    assert await blobs.put_list("t", orjson.loads(orjson.dumps(items)), dump) == ref and len(dumped) == 2
+    await store.close()

@@ -91,6 +91,17 @@ def test_uncached_direct_pays_full_price_for_the_tools() -> None:
     assert turn.causes["cache"] == pytest.approx(0.0, abs=1e-9) and turn.causes["search"] == 0
 
 
+def test_a_one_round_turn_is_stored_without_its_defaults_or_a_second_usage() -> None:
+    """A stored turn holds what differs from a default (its usage once when it took one round, no
+    zero counts) and reads back equal."""
+    turn = facts(usage=Usage(3000, 0, 0, 10), first=Usage(3000, 0, 0, 10), deferred_tokens=50_000).settled(GPT4O)
+    stored = orjson.loads(turn.to_bytes())
+    assert "first" not in stored and stored["usage"] == {"input": 3000, "output": 10}
+    assert not {"surfaced", "found", "called", "scores", "notes", "context_update"} & stored.keys()
+    assert TurnFacts.from_bytes(turn.to_bytes()) == turn
+    assert len(turn.to_bytes()) < len(orjson.dumps(turn.as_dict())) * 0.8
+
+
 def test_facts_round_trip_and_counters() -> None:
     """Stored facts read back equal; their counters are the hourly figures' share."""
     turn = facts(surfaced=("a", "b"), called=("a", "z"), found=("z",), rounds=1, tools_outcome="ranked",

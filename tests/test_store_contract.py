@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import CONTRACT_STORES, open_test_store, store_url
 
-from proxy.stores import Store, key
+from proxy.stores import Append, Get, Incr, ReadCounters, Set, Store, key
 from proxy.stores.redis import RedisStore
 from proxy.stores.sqlite import SqliteStore
 
@@ -108,6 +108,23 @@ async def test_counters(store: Store) -> None:
     assert await store.counters(["gone"]) == [{}]
     await store.delete("c")
     assert await store.counters(["c"]) == [{}]
+
+
+async def test_a_batch_is_its_calls_in_order(store: Store) -> None:
+    """A batch does what its ops would do one call after another, in order (a read after a write
+    sees it), and answers each as its call would; its TTLs hold."""
+    t = key("batch", "t")
+    await store.set(key("batch", "old"), b"before")
+    answers = await store.batch([
+        Incr(key("batch", "c"), {"turns": 1, "usd": 0.25}, 60), Incr(key("batch", "c"), {"turns": 2}),
+        Incr(key("batch", "c"), {}), ReadCounters((key("batch", "c"), key("batch", "none"))),
+        Get(key("batch", "old")), Set(key("batch", "old"), b"after", 60), Get(key("batch", "old")),
+        Append(t, b"one", 60), Append(t, b"two", 60), Set(key("batch", "brief"), b"x", 0.05),
+    ])
+    assert answers == [None, None, None, [{"turns": 3.0, "usd": 0.25}, {}], b"before", None, b"after", 1, 2, None]
+    assert await store.get_list(t) == [b"one", b"two"] and await store.batch([]) == []
+    await asyncio.sleep(0.1)
+    assert await store.batch([Get(key("batch", "brief")), Get(key("batch", "old"))]) == [None, b"after"]
 
 
 async def test_ping(store: Store) -> None:

@@ -22,7 +22,7 @@ The causes add up to direct - Keel, so the page can show where every dollar came
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
 import orjson
 
@@ -122,16 +122,34 @@ class TurnFacts:
             out["misses_planned" if self.notes else "misses_unexplained"] = 1
         return {k: v for k, v in out.items() if v}
 
+    def as_dict(self) -> JsonObject:
+        return asdict(self)
+
     def to_bytes(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        """As stored (one row per turn): no field at its default, no zero usage count, and `first`
+        only when it differs from `usage` (a turn of one round); `from_bytes` restores each."""
+        out: JsonObject = {}
+        for name, value in asdict(self).items():
+            if value == _DEFAULTS.get(name, _REQUIRED):
+                continue
+            if name == "first" and self.first == self.usage:
+                continue
+            out[name] = {k: n for k, n in value.items() if n} if name in ("usage", "first") else value
+        return orjson.dumps(out)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> TurnFacts:
         data = orjson.loads(raw)
         names = set(cls.__dataclass_fields__)
         data = {k: v for k, v in data.items() if k in names}
+        data.setdefault("first", data.get("usage", {}))
         for name in ("usage", "first"):
             data[name] = Usage(**data.get(name, {}))
         for name in ("surfaced", "found", "called"):
             data[name] = tuple(data.get(name) or ())
         return cls(**data)
+
+
+_REQUIRED = object()  # a field without a default: always stored
+_DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() if f.default_factory is not MISSING
+             else _REQUIRED for f in fields(TurnFacts)}

@@ -15,7 +15,9 @@ dollars and tokens the upstream calls they replaced cost (`usd_answers`, a cause
 
 Every key a turn writes is of a bounded size, so a turn costs the same at the end of a busy day
 as at its start, and the page's reads are bounded too (an hour's counters, a day's top list,
-the counters of the conversations in it): none grows with the day's traffic. The top list is
+the counters of the conversations in it): none grows with the day's traffic. A turn's writes take
+two round trips (`Store.batch`: the counters added and read back with the top list, then the
+top list, the turn's row and the meter's estimate for the next turn). The top list is
 read, changed and written back, so two replicas writing at once may each keep the other's
 change or not: it ranks, it does not account (the hourly counters do). Keys expire after
 `savings.retention_days` (a conversation's turns after `detail_days`). A write that fails is logged and dropped: figures are bookkeeping,
@@ -26,14 +28,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import cast
 
 import orjson
 
 from proxy.background import Background
 from proxy.config import SavingsConfig
 from proxy.savings.facts import TurnFacts
-from proxy.stores import Store, key
+from proxy.stores import Append, Get, Incr, Op, ReadCounters, Set, Store, key
 
 log = logging.getLogger("keel.savings")
 HOUR = 3600
@@ -73,31 +76,40 @@ class Ledger:
         """Wait for the writes in flight (shutdown, tests)."""
         await self.background.drain()
 
-    async def write(self, facts: TurnFacts) -> None:
+    async def write(self, facts: TurnFacts, also: Sequence[Op] = ()) -> None:
+        """The turn's figures in two round trips: its counters added and read back with the day's top
+        list, then the top list (when this conversation enters it), its row and `also` (the meter's own
+        writes) stored."""
         tenant, conversation = facts.tenant, facts.conversation
-        await self.store.incr(self._key(tenant, "h", hour_of(facts.at)), facts.counters(), self.ttl + HOUR)
-        totals = self._key(tenant, "conv", conversation)
-        await self.store.incr(totals, {"turns": 1, "usd_keel": facts.keel_usd, "usd_direct": facts.direct_usd,
-                                       "input_keel": facts.usage.input}, self.ttl)
-        (total,) = await self.store.counters([totals])
-        await self._rank(tenant, day_of(facts.at), conversation, total.get("usd_keel", 0.0))
+        totals, top = self._key(tenant, "conv", conversation), self._key(tenant, "top", day_of(facts.at))
+        _, _, counted, raw = await self.store.batch([
+            Incr(self._key(tenant, "h", hour_of(facts.at)), facts.counters(), self.ttl + HOUR),
+            Incr(totals, {"turns": 1, "usd_keel": facts.keel_usd, "usd_direct": facts.direct_usd,
+                          "input_keel": facts.usage.input}, self.ttl),
+            ReadCounters((totals,)), Get(top)])
+        writes: list[Op] = list(also)
+        (total,) = cast("list[dict[str, float]]", counted)
+        ranked = self._rank(raw, conversation, total.get("usd_keel", 0.0))
+        if ranked is not None:
+            writes.append(Set(top, ranked, self.ttl + DAY))
         turns = self._key(tenant, "t", conversation)
         if turns not in self._full:
-            count = await self.store.append(turns, facts.to_bytes(), self.detail_ttl)
-            if count >= self.config.conversation_turns:
-                self._full.add(turns)
+            writes.append(Append(turns, facts.to_bytes(), self.detail_ttl))
+        answers = await self.store.batch(writes)
+        count = answers[-1] if turns not in self._full else None
+        if isinstance(count, int) and count >= self.config.conversation_turns:
+            self._full.add(turns)
 
-    async def _rank(self, tenant: str, day: str, conversation: str, usd: float) -> None:
-        """Keep the day's costliest conversations: this one goes in when it beats the cheapest kept."""
-        where = self._key(tenant, "top", day)
-        raw = await self.store.get(where)
-        top: dict[str, float] = orjson.loads(raw) if raw else {}
+    @staticmethod
+    def _rank(raw: object, conversation: str, usd: float) -> bytes | None:
+        """The day's costliest conversations with this one in (None: it does not beat the cheapest kept)."""
+        top: dict[str, float] = orjson.loads(raw) if isinstance(raw, bytes) else {}
         if conversation not in top and len(top) >= TOP_KEPT and usd <= min(top.values()):
-            return
+            return None
         top[conversation] = usd
         if len(top) > TOP_KEPT:
             del top[min(top, key=lambda c: top[c])]
-        await self.store.set(where, orjson.dumps(top), self.ttl + DAY)
+        return orjson.dumps(top)
 
     async def memory(self, tenant: str, outcome: str, usd: float = 0.0, estimate: float = 0.0) -> None:
         """A memory job's gate decision (run, skip, failed), the model's cost, or a skipped run's estimate."""

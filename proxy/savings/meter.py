@@ -32,7 +32,7 @@ import orjson
 from proxy.jsontext import Json, JsonObject
 from proxy.savings.facts import TurnFacts
 from proxy.savings.ledger import Ledger
-from proxy.stores import key
+from proxy.stores import Set, key
 from proxy.tokens import TokenCounter
 from proxy.tools.catalog import Catalog
 from proxy.tools.ranking import LexicalRanker, Ranker, Ranking
@@ -96,23 +96,55 @@ def traced(ranker: Ranker) -> Ranker:
 
 
 class TokenCache:
-    """Token counts of texts by digest (bounded), counted on a worker thread."""
+    """Token counts of texts by digest (bounded), counted on a worker thread.
+
+    A value given as itself (`counted`) is known by identity once dumped: a tools array a client
+    resends is the same list each time (`jsontext.Resent`), so its 200 KB are dumped and hashed once
+    per array, not once per turn (held: ids stay its; at most `SAME` of them)."""
+
+    SAME = 32
 
     def __init__(self, counter: TokenCounter, size: int = 50_000) -> None:
         self.counter = counter
         self.size = size
         self._known: OrderedDict[bytes, int] = OrderedDict()
+        self._same: OrderedDict[int, tuple[Json, bytes, bytes]] = OrderedDict()  # id -> (value, text, digest)
 
     async def counts(self, texts: Sequence[bytes]) -> list[tuple[bytes, int]]:
-        digests = [hashlib.blake2b(t, digest_size=8).digest() for t in texts]
-        missing = {d: t for d, t in zip(digests, texts, strict=True) if d not in self._known}
+        return await self._count([(t, _digest(t)) for t in texts])
+
+    async def counted(self, values: Sequence[Json]) -> list[tuple[bytes, int]]:
+        """`counts` of each value's JSON text (orjson's), a list value's text and digest made once."""
+        return await self._count([self._text(v) for v in values])
+
+    def _text(self, value: Json) -> tuple[bytes, bytes]:
+        if not isinstance(value, list):
+            text = orjson.dumps(value)
+            return text, _digest(text)
+        found = self._same.get(id(value))
+        if found is not None and found[0] is value:
+            self._same.move_to_end(id(value))
+            return found[1], found[2]
+        text = orjson.dumps(value)
+        digest = _digest(text)
+        self._same[id(value)] = (value, text, digest)
+        while len(self._same) > self.SAME:
+            self._same.popitem(last=False)
+        return text, digest
+
+    async def _count(self, texts: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, int]]:
+        missing = {d: t for t, d in texts if d not in self._known}
         if missing:
             counted = await asyncio.to_thread(lambda: {d: self.counter.count(t.decode(errors="replace"))
                                                        for d, t in missing.items()})
             self._known.update(counted)
             while len(self._known) > self.size:
                 self._known.popitem(last=False)
-        return [(d, self._known.get(d, 0)) for d in digests]
+        return [(d, self._known.get(d, 0)) for _, d in texts]
+
+
+def _digest(text: bytes) -> bytes:
+    return hashlib.blake2b(text, digest_size=8).digest()
 
 
 def _marks(body: JsonObject) -> int:
@@ -158,6 +190,7 @@ class TurnMeter:
         self.started = time.time()
         self.before, self.settled = before, settled
         self.finished = False
+        self._remember: tuple[Set, ...] = ()  # this request, for the next turn's estimate: written with the ledger's
 
     def finish(self, usage: Usage, first: Usage | None, rounds: int, calls: Sequence[Json],
                found: Sequence[str]) -> None:
@@ -178,7 +211,7 @@ class TurnMeter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(self.before), ORDER_WAIT)
             facts = await self.facts(usage, first, rounds, called, found)
-            await self.meter.ledger.write(facts)
+            await self.meter.ledger.write(facts, self._remember)
         finally:
             if self.settled is not None and not self.settled.done():
                 self.settled.set_result(None)
@@ -198,8 +231,7 @@ class TurnMeter:
         keel_tools = planned.body.get("tools")
         deferred = 0
         if isinstance(client_tools, list) and keel_tools is not client_tools:
-            (_, theirs), (_, ours) = await self.meter.tokens.counts([orjson.dumps(client_tools),
-                                                                     orjson.dumps(keel_tools or [])])
+            (_, theirs), (_, ours) = await self.meter.tokens.counted([client_tools, keel_tools or []])
             deferred = max(0, theirs - ours)
         fraction = await self._shared_fraction(location.chain.seed, location.conversation)
         direct_input = first.input + deferred
@@ -240,20 +272,20 @@ class TurnMeter:
             return shared
         return 0 if shared < OPENAI_MIN else shared - shared % OPENAI_STEP
 
-    def _elements(self) -> list[bytes]:
+    def _elements(self) -> list[Json]:
         """The client's request in the order a provider reads it: the tools, then each message."""
         tools = self.parsed.body.get("tools")
-        head = [orjson.dumps(tools)] if isinstance(tools, list) and tools else []
-        return head + [orjson.dumps(m) for m in self.parsed.messages]
+        head: list[Json] = [tools] if isinstance(tools, list) and tools else []
+        return head + list(self.parsed.messages)
 
     async def _shared_fraction(self, seed: str, conversation: str) -> float:
         """How much of the client's request (by tokens) its previous request in the conversation began with."""
-        counted = await self.meter.tokens.counts(self._elements())
+        counted = await self.meter.tokens.counted(self._elements())
         store = self.meter.ledger.store
         where = key(seed, "savings-prefix", conversation)
         raw = await store.get(where)
-        await store.set(where, orjson.dumps({"at": self.started, "elements": [[d.hex(), n] for d, n in counted]}),
-                        PREFIX_TTL)
+        self._remember = (Set(where, orjson.dumps({"at": self.started, "elements": [[d.hex(), n] for d, n in counted]}),
+                              PREFIX_TTL),)
         total = sum(n for _, n in counted)
         if raw is None or total == 0:
             return 0.0

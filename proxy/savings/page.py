@@ -206,7 +206,7 @@ class SavingsPage:
         if isinstance(scope, Response):
             return scope
         turns = await self.ledger.turns(scope[0].id, request.query_params.get("id", ""))
-        data = [{**orjson.loads(t.to_bytes()), "direct": t.direct.__dict__} for t in turns]
+        data = [{**t.as_dict(), "direct": t.direct.__dict__} for t in turns]
         return Response(orjson.dumps({"turns": data}), media_type="application/json")
 
     def _login(self, message: str = "", status: int = 200) -> Response:

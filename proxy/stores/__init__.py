@@ -10,11 +10,46 @@ keys on one slot (and `get_many` on them stays a single command).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 
 class StoreError(Exception):
     """The store could not be reached or refused an operation."""
+
+
+@dataclass(frozen=True)
+class Get:
+    key: str
+
+
+@dataclass(frozen=True)
+class Set:
+    key: str
+    value: bytes
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class Append:
+    key: str
+    value: bytes
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class Incr:
+    key: str
+    deltas: Mapping[str, float]
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class ReadCounters:
+    keys: tuple[str, ...]
+
+
+Op = Get | Set | Append | Incr | ReadCounters  # what `Store.batch` takes: each as the call of its name
 
 
 class KeyValue(Protocol):
@@ -62,8 +97,34 @@ class Store(KeyValue, Hashes, Counters, Lists, Protocol):
     `stores/redis.py`, `stores/memory.py`) and what the guard wraps. A user asks for the smallest
     piece it needs."""
 
+    async def batch(self, ops: Sequence[Op]) -> list[object]:
+        """The ops in order, in one round trip (SQLite: one transaction on the store's thread; Redis:
+        one pipeline, not atomic across keys), each result as its own call returns it (None for a
+        write, bytes | None for Get, int for Append, list of dicts for ReadCounters)."""
+        ...
+
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
+
+
+async def one_by_one(store: Store, ops: Sequence[Op]) -> list[object]:
+    """`Store.batch` as one call after another: for a store with no cheaper way (in process) or
+    whose keys sit on several nodes (a Redis Cluster)."""
+    out: list[object] = []
+    for op in ops:
+        if isinstance(op, Get):
+            out.append(await store.get(op.key))
+        elif isinstance(op, Append):
+            out.append(await store.append(op.key, op.value, op.ttl))
+        elif isinstance(op, ReadCounters):
+            out.append(await store.counters(op.keys))
+        else:
+            if isinstance(op, Set):
+                await store.set(op.key, op.value, op.ttl)
+            elif op.deltas:  # as `incr`: nothing to add, nothing sent
+                await store.incr(op.key, op.deltas, op.ttl)
+            out.append(None)
+    return out
 
 
 def key(tag: str, *parts: str) -> str:

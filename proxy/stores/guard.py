@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
-from proxy.stores import Store, StoreError
+from proxy.stores import Op, Store, StoreError
 from proxy.stores.queue import DeadJob, Job, JobQueue
 
 T = TypeVar("T")
@@ -119,6 +119,9 @@ class GuardedStore:
 
     async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
         await self._call(lambda: self.inner.incr(key, deltas, ttl))
+
+    async def batch(self, ops: Sequence[Op]) -> list[object]:
+        return await self._call(lambda: self.inner.batch(ops))
 
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
         return await self._call(lambda: self.inner.counters(keys))

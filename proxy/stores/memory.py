@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from proxy.stores import Op, one_by_one
 from proxy.stores.queue import DeadJob, DeadLetters, Job
 
 V = TypeVar("V")
@@ -108,6 +109,9 @@ class MemoryStore:
         counts = self._counts.change(key, dict, ttl)
         for name, delta in deltas.items():
             counts[name] = counts.get(name, 0.0) + float(delta)
+
+    async def batch(self, ops: Sequence[Op]) -> list[object]:
+        return await one_by_one(self, ops)
 
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
         return [dict(self._counts.live(k) or {}) for k in keys]

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from proxy.stores import StoreError
+from proxy.stores import Append, Get, Incr, Op, ReadCounters, Set, StoreError, one_by_one
 from proxy.stores.queue import DeadLetters, JobQueue
 from proxy.stores.redis_client import STORE_ERRORS, connect
 from proxy.stores.redis_queue import RedisJobQueue
@@ -50,6 +50,14 @@ return 1
 
 def _ms(ttl: float | None) -> int:
     return int(ttl * 1000) if ttl else 0
+
+
+def _incr_args(deltas: Mapping[str, float], ttl: float | None) -> list[str | int]:
+    args: list[str | int] = [_ms(ttl)]
+    for field, delta in deltas.items():
+        number = float(delta)
+        args += [field, int(number) if number.is_integer() else repr(number)]
+    return args
 
 
 class RedisStore:
@@ -118,11 +126,43 @@ class RedisStore:
     async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
         if not deltas:
             return
-        args: list[str | int] = [_ms(ttl)]
-        for field, delta in deltas.items():
-            number = float(delta)
-            args += [field, int(number) if number.is_integer() else repr(number)]
-        await self._run(self._incr(keys=[key], args=args))
+        await self._run(self._incr(keys=[key], args=_incr_args(deltas, ttl)))
+
+    async def batch(self, ops: Sequence[Op]) -> list[object]:
+        """One pipeline (a Cluster's: one call after another, each as its own)."""
+        if not ops:
+            return []
+        if self.topology == "cluster":
+            return await one_by_one(self, ops)
+
+        async def send() -> list[Any]:  # Any: redis-py's replies
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for op in ops:
+                    if isinstance(op, Get):
+                        pipe.get(op.key)
+                    elif isinstance(op, Set):
+                        pipe.set(op.key, op.value, px=_ms(op.ttl) or None)
+                    elif isinstance(op, Append):  # EVAL, not EVALSHA: no SCRIPT EXISTS round trip first
+                        pipe.eval(APPEND, 1, op.key, op.value, _ms(op.ttl))
+                    elif isinstance(op, Incr):
+                        if op.deltas:  # as `incr`: nothing to add, nothing sent
+                            pipe.eval(INCR, 1, op.key, *_incr_args(op.deltas, op.ttl))
+                    else:
+                        for k in op.keys:
+                            pipe.hgetall(k)
+                return list(await pipe.execute())
+
+        replies = iter(await self._run(send()))
+        out: list[object] = []
+        for op in ops:
+            if isinstance(op, ReadCounters):
+                out.append([{f.decode(): float(v) for f, v in next(replies).items()} for _ in op.keys])
+            elif isinstance(op, Incr) and not op.deltas:
+                out.append(None)
+            else:
+                reply = next(replies)
+                out.append(reply if isinstance(op, Get) else int(reply) if isinstance(op, Append) else None)
+        return out
 
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
         if not keys:

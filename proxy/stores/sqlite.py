@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from proxy.stores import StoreError
+from proxy.stores import Append, Get, Op, ReadCounters, Set, StoreError
 from proxy.stores.queue import DeadLetters, JobQueue
 from proxy.stores.sqlite_queue import SCHEMA as QUEUE_SCHEMA
 from proxy.stores.sqlite_queue import SqliteJobQueue, migrate
@@ -114,27 +114,11 @@ class SqliteStore:
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:
             return []
-
-        def fn(conn: sqlite3.Connection) -> list[bytes | None]:
-            found: dict[str, bytes] = {}
-            now = time.time()
-            for start in range(0, len(keys), 500):
-                chunk = list(keys[start : start + 500])
-                marks = ",".join("?" * len(chunk))
-                rows = conn.execute(
-                    f"SELECT key, value FROM kv WHERE key IN ({marks}) AND (expires IS NULL OR expires > ?)",
-                    (*chunk, now),
-                )
-                found.update(rows)
-            return [found.get(k) for k in keys]
-
-        return await self._run(fn)
+        return await self._run(lambda conn: _get_many(conn, keys))
 
     async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
         expires = self._expiry(ttl)
-        await self._run(
-            lambda c: c.execute("INSERT OR REPLACE INTO kv (key, value, expires) VALUES (?, ?, ?)", (key, value, expires))
-        )
+        await self._run(lambda conn: _set(conn, key, value, expires))
 
     async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
         expires = self._expiry(ttl)
@@ -162,22 +146,7 @@ class SqliteStore:
     async def append(self, key: str, value: bytes, ttl: float | None = None) -> int:
         expires = self._expiry(ttl)
 
-        def fn(conn: sqlite3.Connection) -> int:
-            now = time.time()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("DELETE FROM lists WHERE key = ? AND expires IS NOT NULL AND expires <= ?", (key, now))
-                conn.execute("INSERT INTO lists (key, value, expires) VALUES (?, ?, ?)", (key, value, expires))
-                if expires is not None:
-                    conn.execute("UPDATE lists SET expires = ? WHERE key = ?", (expires, key))
-                (count,) = conn.execute("SELECT COUNT(*) FROM lists WHERE key = ?", (key,)).fetchone()
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            return int(count)
-
-        return await self._run(fn)
+        return await self._run(lambda conn: _transaction(conn, lambda: _append(conn, key, value, expires)))
 
     async def get_list(self, key: str) -> list[bytes]:
         def fn(conn: sqlite3.Connection) -> list[bytes]:
@@ -231,40 +200,32 @@ class SqliteStore:
 
     async def incr(self, key: str, deltas: Mapping[str, float], ttl: float | None = None) -> None:
         expires = self._expiry(ttl)
-        rows = [(key, field, float(delta), expires) for field, delta in deltas.items()]
-
-        def fn(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("DELETE FROM counters WHERE key = ? AND expires IS NOT NULL AND expires <= ?",
-                             (key, time.time()))
-                conn.executemany("INSERT INTO counters (key, field, value, expires) VALUES (?, ?, ?, ?) "
-                                 "ON CONFLICT(key, field) DO UPDATE SET value = value + excluded.value, "
-                                 "expires = excluded.expires", rows)
-                if expires is not None:
-                    conn.execute("UPDATE counters SET expires = ? WHERE key = ?", (expires, key))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-        if rows:
-            await self._run(fn)
+        if deltas:
+            await self._run(lambda conn: _transaction(conn, lambda: _incr(conn, key, deltas, expires)))
 
     async def counters(self, keys: Sequence[str]) -> list[dict[str, float]]:
-        def fn(conn: sqlite3.Connection) -> list[dict[str, float]]:
-            found: dict[str, dict[str, float]] = {k: {} for k in keys}
-            now = time.time()
-            for start in range(0, len(keys), 500):
-                chunk = list(keys[start : start + 500])
-                marks = ",".join("?" * len(chunk))
-                for k, field, value in conn.execute(
-                        f"SELECT key, field, value FROM counters WHERE key IN ({marks}) "
-                        "AND (expires IS NULL OR expires > ?)", (*chunk, now)):
-                    found[k][field] = value
-            return [found[k] for k in keys]
+        return await self._run(lambda conn: _counters(conn, keys)) if keys else []
 
-        return await self._run(fn) if keys else []
+    async def batch(self, ops: Sequence[Op]) -> list[object]:
+        """One hop to the store's thread, one transaction."""
+        steps = [self._step(op) for op in ops]
+
+        def fn(conn: sqlite3.Connection) -> list[object]:
+            return _transaction(conn, lambda: [step(conn) for step in steps])
+
+        return await self._run(fn) if steps else []
+
+    def _step(self, op: Op) -> Callable[[sqlite3.Connection], object]:
+        if isinstance(op, Get):
+            return lambda conn: _get_many(conn, [op.key])[0]
+        if isinstance(op, ReadCounters):
+            return lambda conn: _counters(conn, op.keys)
+        expires = self._expiry(op.ttl)
+        if isinstance(op, Set):
+            return lambda conn: _set(conn, op.key, op.value, expires)
+        if isinstance(op, Append):
+            return lambda conn: _append(conn, op.key, op.value, expires)
+        return lambda conn: _incr(conn, op.key, op.deltas, expires) if op.deltas else None
 
     async def ping(self) -> bool:
         """Can the store write? (A read would pass on a deleted file or a full disk.)"""
@@ -291,3 +252,64 @@ class SqliteStore:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, fn)
         self._executor.shutdown(wait=True)
+
+
+def _transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work()
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _get_many(conn: sqlite3.Connection, keys: Sequence[str]) -> list[bytes | None]:
+    found: dict[str, bytes] = {}
+    now = time.time()
+    for start in range(0, len(keys), 500):
+        chunk = list(keys[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT key, value FROM kv WHERE key IN ({marks}) AND (expires IS NULL OR expires > ?)",
+            (*chunk, now),
+        )
+        found.update(rows)
+    return [found.get(k) for k in keys]
+
+
+def _set(conn: sqlite3.Connection, key: str, value: bytes, expires: float | None) -> None:
+    conn.execute("INSERT OR REPLACE INTO kv (key, value, expires) VALUES (?, ?, ?)", (key, value, expires))
+
+
+def _append(conn: sqlite3.Connection, key: str, value: bytes, expires: float | None) -> int:
+    conn.execute("DELETE FROM lists WHERE key = ? AND expires IS NOT NULL AND expires <= ?", (key, time.time()))
+    conn.execute("INSERT INTO lists (key, value, expires) VALUES (?, ?, ?)", (key, value, expires))
+    if expires is not None:
+        conn.execute("UPDATE lists SET expires = ? WHERE key = ?", (expires, key))
+    (count,) = conn.execute("SELECT COUNT(*) FROM lists WHERE key = ?", (key,)).fetchone()
+    return int(count)
+
+
+def _incr(conn: sqlite3.Connection, key: str, deltas: Mapping[str, float], expires: float | None) -> None:
+    rows = [(key, field, float(delta), expires) for field, delta in deltas.items()]
+    conn.execute("DELETE FROM counters WHERE key = ? AND expires IS NOT NULL AND expires <= ?", (key, time.time()))
+    conn.executemany("INSERT INTO counters (key, field, value, expires) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT(key, field) DO UPDATE SET value = value + excluded.value, "
+                     "expires = excluded.expires", rows)
+    if expires is not None:
+        conn.execute("UPDATE counters SET expires = ? WHERE key = ?", (expires, key))
+
+
+def _counters(conn: sqlite3.Connection, keys: Sequence[str]) -> list[dict[str, float]]:
+    found: dict[str, dict[str, float]] = {k: {} for k in keys}
+    now = time.time()
+    for start in range(0, len(keys), 500):
+        chunk = list(keys[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        for k, field, value in conn.execute(
+                f"SELECT key, field, value FROM counters WHERE key IN ({marks}) "
+                "AND (expires IS NULL OR expires > ?)", (*chunk, now)):
+            found[k][field] = value
+    return [found[k] for k in keys]

@@ -376,7 +376,7 @@ class ToolPlanner:
         if blobs is None or not own or list(frozen.deferred) != rest:
             return StoredBlock(frozen.catalog, tuple(surfaced), None, tuple(block), tuple(frozen.deferred)).to_stored()
         keel = block[len(surfaced):]
-        ref = await blobs.put(request.content_scope, jsontext.dumps(keel), keel)
+        ref = await blobs.put_list(request.content_scope, keel, jsontext.dumps)
         return StoredBlock(frozen.catalog, tuple(surfaced), ref).to_stored()
 
     async def _read_frozen(self, request: Turn, catalog: Catalog, raw: bytes) -> FrozenBlock | None:

@@ -23,8 +23,11 @@ CALL_TOOL = "call_tool"
 LISTING_CHARS = 700
 
 
+@lru_cache(maxsize=1)
 def call_tool() -> JsonObject:
-    """The generic call tool of `dispatch` stability: reaches any tool not in the frozen block."""
+    """The generic call tool of `dispatch` stability: reaches any tool not in the frozen block.
+    One object, shared like `search_tool`'s (never changed in place), so a frozen block of the same
+    listing is the same objects (`Blobs.put_list`)."""
     return {
         "type": "function",
         "function": {
