@@ -32,9 +32,10 @@ _UNICODE_ESCAPE = re.compile(rb"\\u[0-9a-fA-F]{4}")
 # JSON as a client or a provider wrote it: objects, arrays, strings, numbers, booleans and null,
 # to any depth. Keel passes most of it on untouched and narrows with isinstance where it reads a
 # value, so this is the one place `Any` stands for it: everywhere else in proxy/ a JSON value is
-# `Json` and a JSON object `JsonObject`, which says what the value is (and mypy cannot usefully
-# check a recursive union against code that narrows as it goes).
-Json = Any
+# `Json` and a JSON object `JsonObject`, which says what the value is. Measured: as the recursive
+# union (None | bool | int | float | str | list[Json] | dict[str, Json]) strict mypy reports 1,311
+# errors in 55 files, each a read that narrows by isinstance later or not at all.
+Json = Any  # Any: JSON of any depth (above); the one alias, counted by tests/test_structure.py
 JsonObject = dict[str, Json]
 
 
