@@ -16,7 +16,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 from urllib.parse import unquote
 
 import orjson
@@ -27,7 +26,7 @@ from starlette.responses import RedirectResponse, Response
 
 from proxy import gcposture
 from proxy.access import AccessReport
-from proxy.accounting import CacheAccounting
+from proxy.answerer import Answerer
 from proxy.callers import ProvenCallers
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config import STAGE_DEADLINE, KeelConfig, TenantConfig, check_stage_deadline
@@ -68,7 +67,7 @@ from proxy.respcache.entries import Entries
 from proxy.respcache.policy import TTL_HEADER
 from proxy.rounds.responder import ToolSearchResponder
 from proxy.savings.ledger import Ledger
-from proxy.savings.meter import TRACE, Meter, Trace, traced
+from proxy.savings.meter import Meter, traced
 from proxy.savings.page import SavingsPage
 from proxy.sender import Sender
 from proxy.shapes import Shape
@@ -84,7 +83,6 @@ from proxy.tools.learned import LearnedPhrases
 from proxy.tools.planner import ToolPlanner
 from proxy.tools.rankers import Rankers
 from proxy.tools.ranking import Ranker
-from proxy.turn import Exchange, Turn
 from proxy.upstream import Upstream
 
 log = logging.getLogger("keel.access")
@@ -164,6 +162,8 @@ class Keel:
                                  deadline=stage_deadline)
         self._metrics_digests = config.server.metrics_digests()
         # Keel's own caches of answers (cache.responses, cache.embeddings): see proxy/respcache/answers.py
+        self.answerer = Answerer(self.pipeline, self.callers, self.meter if config.savings.enabled else None,
+                                 self.metrics, self.conversations.proofs, config.server.log_bodies)
         self.entries = Entries(self.store, background)
         self.answers = ResponseCache(self.entries, CacheCounts(self.metrics.registry, self.ledger))
         self.embeddings = EmbeddingsCache(self.entries, self.answers, self.tokens)
@@ -262,7 +262,7 @@ class Keel:
                                 self.pipeline.might_plan)
 
             def answer() -> Awaitable[Response]:  # from the response cache (proxy/respcache), else planned and relayed
-                return self.answers.serve(parsed, lambda: self._turn(parsed, raw, send, writer), writer, query)
+                return self.answers.serve(parsed, lambda: self.answerer.answer(parsed, raw, send, writer), writer, query)
 
             if not caller.keyed:  # a passthrough caller's own provider key: the provider tells callers apart
                 return await answer()
@@ -278,52 +278,6 @@ class Keel:
             finish = self.finisher(caller, route, request.method, request.url.path, rid, started, bytes_in,
                                    send.provider_ids if send is not None else ())
             return Writer(rid, finish, shape or CHAT).error(exc)
-
-    async def _turn(self, parsed: Turn, raw: bytes, send: Sender, writer: Writer) -> Response:
-        """Plan a parsed turn, send it, and relay (or answer) what comes back."""
-        tenant = parsed.tenant
-        if self.config.server.log_bodies and log.isEnabledFor(logging.DEBUG):
-            log.debug("request_body", extra={"request_id": writer.request_id, "body": raw[:16384].decode(errors="replace")})
-        trace = Trace()
-        TRACE.set(trace)  # this request's task only: the rankers report their scores to it
-        unproven = tenant.auth.passthrough and not await self.callers.known(tenant.id, parsed.scope)
-        if unproven:  # a key the provider has not accepted yet: planned from the request alone, nothing stored
-            send.when_accepted(partial(self.callers.prove, tenant.id, parsed.scope))
-        planned = await self.pipeline.run(parsed, stateless=unproven)
-        trace.planning = False
-        for step in planned.on_accepted:  # nothing a refused turn asked for is kept (a memory job, a model run)
-            send.when_accepted(self.pipeline.guarded("accepted", planned, step))
-        content = await self.pipeline.guard("encode", planned, self._encode(planned, parsed))
-        if content is None:  # a body Keel could not write back: the client's own
-            planned, content = parsed, raw
-        account = None
-        if planned.location is not None:
-            planned = planned.with_headers(**{"x-keel-conversation": planned.location.conversation})
-            meter = self.meter.turn(parsed, planned, trace) if self.config.savings.enabled else None
-            account = CacheAccounting(self.metrics, planned, meter, self.conversations.proofs)
-            if meter is not None:
-                writer.then(meter.ended)
-        if planned.responder is not None:
-            return await self.respond(planned, Exchange(send, writer, content, raw, account))
-        return await writer.relay(await send(content), planned.response_headers, account, parsed.stream)
-
-    async def respond(self, planned: Turn, exchange: Exchange) -> Response:
-        """A planner's responder, guarded like every stage: one that fails before it has answered
-        leaves the turn to the client's own request, relayed as usual."""
-        assert planned.responder is not None
-        try:
-            return await planned.responder.respond(planned, exchange)
-        except ProxyError:
-            raise
-        except Exception as exc:
-            log.warning("responder_failed", exc_info=exc, extra={"tenant": planned.tenant.id,
-                                                                  "request_id": planned.request_id})
-            self.metrics.planner_failures.labels(planned.tenant.id, "responder").inc()
-            return await exchange.writer.relay(await exchange.send(exchange.client_raw))
-
-    @staticmethod
-    async def _encode(planned: Turn, parsed: Turn) -> bytes:
-        return planned.encoded(parsed)
 
     async def ready(self) -> bool:
         """Can this process serve? The store is not asked: without it Keel passes requests
