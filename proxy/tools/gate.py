@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from proxy.tools.text import TEXT_CACHE, clauses, language, terms
+from proxy.tools.text import TEXT_CACHE, clauses, language, turn_terms
 
 TASK = re.compile(
     r"^\s*(write|create (a|an) (story|poem|list|short|essay|song|haiku)|make (a|an) (list|story|poem)|rank|parse|given|"
@@ -264,7 +264,7 @@ def features(text: str, top_score: float) -> list[float]:
 @lru_cache(maxsize=TEXT_CACHE)
 def _shape(text: str) -> tuple[int, float, float, float, float, float, float, float]:
     """The features of the text alone (computed once per text)."""
-    return (len(terms(text)), float(bool(TASK.match(text))), float(bool(KNOWLEDGE.match(text))),
+    return (len(turn_terms(text)), float(bool(TASK.match(text))), float(bool(KNOWLEDGE.match(text))),
             float(bool(REQUEST.search(text))), min(3, len(LIVE.findall(text))) / 3,
             min(60, len(text.split())) / 60, float("\n" in text.strip()), float(conversational(text)))
 

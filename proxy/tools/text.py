@@ -111,6 +111,13 @@ TEXT_CACHE = 256
 
 
 @lru_cache(maxsize=TEXT_CACHE)
+def turn_terms(text: str) -> tuple[str, ...]:
+    """`terms` of a turn's text, computed once: the gate's shape, the ranking's query and the
+    learned phrases all read them (a catalog's descriptions use `terms` itself, uncached)."""
+    return tuple(terms(text))
+
+
+@lru_cache(maxsize=TEXT_CACHE)
 def language(text: str) -> str:
     """A rough guess: a script's language (ja, zh, ko, ru, ar, hi…), the Latin-script language
     whose function words the text uses most, 'en' for ASCII text using none, else 'und'."""
@@ -168,10 +175,10 @@ def query_terms(text: str) -> list[str]:
 @lru_cache(maxsize=TEXT_CACHE)
 def _query_terms(text: str) -> tuple[str, ...]:
     text = normalized(text)
-    own = terms(text)
+    own = turn_terms(text)
     if language(text) == "en":
-        return tuple(own)
-    return tuple(own + terms(" ".join(glossed(text))))
+        return own
+    return own + tuple(terms(" ".join(glossed(text))))
 
 
 _CLAUSE = re.compile(
