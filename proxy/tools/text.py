@@ -19,6 +19,7 @@ from itertools import groupby
 
 import snowballstemmer
 
+from proxy.tools.caseless import Caseless
 from proxy.tools.lexicon import LONGEST, PHRASES, WORD_STARTS, normalized
 
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -122,7 +123,7 @@ def language(text: str) -> str:
     """A rough guess: a script's language (ja, zh, ko, ru, ar, hi…), the Latin-script language
     whose function words the text uses most, 'en' for ASCII text using none, else 'und'."""
     scripts: Counter[str] = Counter()
-    for ch in text:
+    for ch in "" if text.isascii() else text:  # ASCII is all below 0x0370: no script to count
         code = ord(ch)
         if code < 0x0370:
             continue
@@ -181,7 +182,7 @@ def _query_terms(text: str) -> tuple[str, ...]:
     return own + tuple(terms(" ".join(glossed(text))))
 
 
-_CLAUSE = re.compile(
+_CLAUSE = Caseless(re.compile(
     r"\s*(?:[;\n]|(?<=[.!?])\s+|,?\s+(?:and\s+)?then\b|,?\s+after\s+that\b|,?\s+afterwards\b|,\s+and\b|,?\s+and\s+also\b|"
     r",?\s+(?:und\s+)?(?:dann|danach|anschließend)\b|,?\s+(?:y\s+)?(?:luego|después)\b|,?\s+(?:et\s+)?(?:puis|ensuite)\b|"
     r",?\s+(?:e\s+)?(?:depois|em seguida|poi|quindi)\b|,?\s+(?:en\s+)?(?:daarna|dan)\b|,?\s+(?:а\s+)?(?:затем|потом)\b|"
@@ -190,7 +191,7 @@ _CLAUSE = re.compile(
     r"take|click|check|run|commit|push|deploy|reply|notify|tell|email|share|upload|download|fetch|close|assign|"
     r"update|scale|restart|book|star|fork|tag|label)\b))\s*",
     re.IGNORECASE,
-)
+))
 
 
 def clauses(text: str) -> list[str]:
