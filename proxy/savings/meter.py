@@ -215,6 +215,8 @@ class TurnMeter:
         finally:
             if self.settled is not None and not self.settled.done():
                 self.settled.set_result(None)
+        if not log.isEnabledFor(logging.INFO):  # the line's fields are built only for a level that shows it
+            return
         log.info("turn_savings", extra={
             "tenant": facts.tenant, "request_id": facts.request_id, "conversation": facts.conversation,
             "input_direct": facts.direct.input, "input_keel": usage.input, "cached_direct": facts.direct_cached,

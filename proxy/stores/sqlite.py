@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -66,7 +67,7 @@ class SqliteStore:
         if self.path == ":memory:":
             return None
         try:
-            return Path(self.path).stat().st_ino
+            return os.stat(self.path).st_ino  # once per call: os.stat, not a Path built each time
         except OSError:
             return -1  # gone
 

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from proxy.tools.text import TEXT_CACHE, clauses, language, terms
+from proxy.tools.caseless import Caseless
+from proxy.tools.text import TEXT_CACHE, clauses, language, turn_terms
 
 TASK = re.compile(
     r"^\s*(write|create (a|an) (story|poem|list|short|essay|song|haiku)|make (a|an) (list|story|poem)|rank|parse|given|"
@@ -37,18 +38,18 @@ KNOWLEDGE = re.compile(
     r"can you explain|what's the difference|which is)\b",
     re.IGNORECASE,
 )
-REQUEST = re.compile(
+REQUEST = Caseless(re.compile(
     r"\b(i need|i want|i'?m looking|i am looking|i'?d like|i would like|can you (find|show|get|search|check|fetch|book|"
     r"recommend|help|provide|tell me where|look)|could you (find|show|get|search|check|fetch|book|recommend|help|provide)|"
     r"help me (find|get|book|search|with)|show me|find me|look up|search for|please (find|show|get|search|check))\b",
     re.IGNORECASE,
-)
-LIVE = re.compile(
+))
+LIVE = Caseless(re.compile(
     r"\b(current|currently|latest|today|tonight|now|recent|recently|live|nearby|near me|price|prices|pricing|weather|"
     r"news|trending|stock|stocks|schedule|available|deals?|discounts?|book|booking|reserve|order|buy|purchase|tickets?|"
     r"upcoming|this week|tomorrow|real-time|forecast|score|scores|my)\b",
     re.IGNORECASE,
-)
+))
 
 _CONVERSATIONAL = re.compile(
     r"^\s*(?:(?:ok(?:ay)?|k|cool|great|nice|perfect|awesome|thanks?(?: you)?|thank you(?: so much| very much)?|thx|ty|"
@@ -78,7 +79,7 @@ _WHEN = (r"(?:now|today|tonight|for (?:now|today|tonight|the (?:day|night|week|w
          r"(?:morning|afternoon|evening|week|weekend)|tomorrow|later|soon|next (?:time|week|month)|"
          r"on (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|monday|tuesday|wednesday|thursday|"
          r"friday|saturday|sunday)")
-_SIGN_OFF = re.compile(
+_SIGN_OFF = Caseless(re.compile(
     r"\b(?:(?:that(?:'s| is|'ll be| will be| was)|this is) (?:all|it|everything)(?: (?:i|we) (?:need(?:ed)?|wanted))?|"
     r"(?:i'?m|i am|we'?re|we are) (?:done|finished|all set|off|signing off|logging off)|"
     r"(?:that'?s |that is )?enough|signing off|logging off|"
@@ -88,11 +89,11 @@ _SIGN_OFF = re.compile(
     r"(?:thanks?|thank you)(?: (?:so|very) much)? for (?:all )?(?:the|your) (?:help|time|work|support))"
     rf"(?:,? (?:{_WHEN}|(?:all )?(?:for )?(?:{_WHEN})))*(?![\w'’])",
     re.IGNORECASE,
-)
+))
 
 # A request to act, in any language: a path, a URL, a repository, ticket, issue, channel or object
 # id, a place to look near. Such a turn always gets the ranked tools, whatever else it says.
-_ACT_SIGNAL = re.compile(
+_ACT_SIGNAL = Caseless(re.compile(
     r"(?:^|[\s'\"(`])(?:~|\.{1,2})?/[\w.\-]+|\b[A-Za-z]:\\|"
     r"\b[\w\-]+\.(?:py|js|ts|tsx|jsx|md|txt|json|ya?ml|csv|toml|log|conf|cfg|ini|html?|css|pdf|png|jpe?g|gif|svg|"
     r"sh|go|rs|java|rb|sql|xml|env|lock|docx?|xlsx?|zip)\b|"
@@ -118,10 +119,10 @@ _ACT_SIGNAL = re.compile(
     r"table|bucket|migration|deployment|pod|namespace|team|user|product|price|coupon|refund|payment|subscription)|"
     r"make (?:a |an |the )?(?:new )?(?:folder|directory|branch|file|repo|ticket|issue|page))\b",
     re.IGNORECASE,
-)
+))
 # What a model writes or knows without a tool; a match keeps the turn on the no-tool side unless
 # it also carries an act signal.
-_OWN_WORK = re.compile(
+_OWN_WORK = Caseless(re.compile(
     r"\b(?:poem|story|haiku|joke|essay|limerick|song|lyrics|slogan|tagline|sonnet|riddle|rhyme|metaphor|analogy|"
     r"cover letter|speech|toast|bio|dialogue|fairy tale|fable|pun|synonyms?|antonyms?)\b|"
     r"^\W*(?:what do you think|do you think|in your opinion|i think|i feel|i believe|honestly|imho|lol|haha|"
@@ -135,7 +136,7 @@ _OWN_WORK = re.compile(
     r"что такое|как работает|neden|nedir|dlaczego|co to jest|mengapa|apa itu|tại sao|لماذا|ما هو|क्यों)|"
     r"なぜ|とは|って何|为什么|什么是|為什麼|왜|이란|무엇인가",
     re.IGNORECASE,
-)
+))
 
 
 # A question about a concept of the tools' domain, asked to learn, not to act ("what is a liveness
@@ -181,7 +182,7 @@ _EXPLAINS = re.compile(
 )
 # A follow-up leans on the turns before: a pronoun or "the first one" for an object of the earlier
 # turns, "same", "again", "there", or an elliptic start ("and close it", "now for staging").
-_LEANS = re.compile(
+_LEANS = Caseless(re.compile(
     r"\b(?:it|its|that|this|those|these|them|there|same|again|instead|too|"
     r"the (?:first|second|third|fourth|last|latest|other|previous|next|former|latter|top|bottom|new|old|"
     r"\w+(?:-\w+)?) (?:one|ones)|(?:first|second|third|last|other) one|both|either|each of (?:those|them))\b|"
@@ -191,12 +192,12 @@ _LEANS = re.compile(
     r"(?:^|\s)(?:и|а|теперь|его|её|их|это|тоже|снова)(?:\s|$)|"
     r"それ|これ|あれ|その|この|同じ|もう一度|它|这个|那个|这|那|同样|再|그거|이거|그것|이것|같은|다시",
     re.IGNORECASE,
-)
+))
 FOLLOW_UP_WORDS = 8  # a message this short after a turn that acted is read as part of that task
 # The user's own things: a question about them is about their data, not a concept.
-_MINE = re.compile(r"\b(?:my|our|mine|ours|mi|mis|nuestr[oa]s?|mein\w*|unser\w*|mon|ma|mes|notre|nos|meu|minha|"
+_MINE = Caseless(re.compile(r"\b(?:my|our|mine|ours|mi|mis|nuestr[oa]s?|mein\w*|unser\w*|mon|ma|mes|notre|nos|meu|minha|"
                    r"nosso|nossa|mio|mia|miei|nostro|nostra|mijn|onze)\b|(?:^|\s)(?:мой|моя|моё|мои|наш\w*)(?:\s|$)|"
-                   r"私の|僕の|俺の|我的|我们的|내 |제 |우리", re.IGNORECASE)
+                   r"私の|僕の|俺の|我的|我们的|내 |제 |우리", re.IGNORECASE))
 
 
 @lru_cache(maxsize=TEXT_CACHE)
@@ -264,8 +265,8 @@ def features(text: str, top_score: float) -> list[float]:
 @lru_cache(maxsize=TEXT_CACHE)
 def _shape(text: str) -> tuple[int, float, float, float, float, float, float, float]:
     """The features of the text alone (computed once per text)."""
-    return (len(terms(text)), float(bool(TASK.match(text))), float(bool(KNOWLEDGE.match(text))),
-            float(bool(REQUEST.search(text))), min(3, len(LIVE.findall(text))) / 3,
+    return (len(turn_terms(text)), float(bool(TASK.match(text))), float(bool(KNOWLEDGE.match(text))),
+            float(bool(REQUEST.search(text))), min(3, LIVE.count(text)) / 3,
             min(60, len(text.split())) / 60, float("\n" in text.strip()), float(conversational(text)))
 
 

@@ -31,7 +31,7 @@ from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.stores import Hashes, StoreError, key
 from proxy.tools.catalog import Catalog
 from proxy.tools.lexical import LexicalIndex, term_frequencies
-from proxy.tools.text import terms
+from proxy.tools.text import terms, turn_terms
 
 PHRASES_PER_TOOL = 8  # the newest phrases kept per tool
 TOOLS_PER_SCOPE = 2000  # learned tools kept per scope (the least recently learned go first)
@@ -146,7 +146,7 @@ class LearnedPhrases:
         if index is None:
             return Recall((), False)
         names, lexical, words = index
-        asked = set(terms(query))
+        asked = set(turn_terms(query))
         allowed = set(candidates)
         matched: list[tuple[float, int]] = []
         for doc, score in lexical.scores(query).items():

@@ -19,6 +19,7 @@ from itertools import groupby
 
 import snowballstemmer
 
+from proxy.tools.caseless import Caseless
 from proxy.tools.lexicon import LONGEST, PHRASES, WORD_STARTS, normalized
 
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -111,11 +112,18 @@ TEXT_CACHE = 256
 
 
 @lru_cache(maxsize=TEXT_CACHE)
+def turn_terms(text: str) -> tuple[str, ...]:
+    """`terms` of a turn's text, computed once: the gate's shape, the ranking's query and the
+    learned phrases all read them (a catalog's descriptions use `terms` itself, uncached)."""
+    return tuple(terms(text))
+
+
+@lru_cache(maxsize=TEXT_CACHE)
 def language(text: str) -> str:
     """A rough guess: a script's language (ja, zh, ko, ru, ar, hi…), the Latin-script language
     whose function words the text uses most, 'en' for ASCII text using none, else 'und'."""
     scripts: Counter[str] = Counter()
-    for ch in text:
+    for ch in "" if text.isascii() else text:  # ASCII is all below 0x0370: no script to count
         code = ord(ch)
         if code < 0x0370:
             continue
@@ -168,13 +176,13 @@ def query_terms(text: str) -> list[str]:
 @lru_cache(maxsize=TEXT_CACHE)
 def _query_terms(text: str) -> tuple[str, ...]:
     text = normalized(text)
-    own = terms(text)
+    own = turn_terms(text)
     if language(text) == "en":
-        return tuple(own)
-    return tuple(own + terms(" ".join(glossed(text))))
+        return own
+    return own + tuple(terms(" ".join(glossed(text))))
 
 
-_CLAUSE = re.compile(
+_CLAUSE = Caseless(re.compile(
     r"\s*(?:[;\n]|(?<=[.!?])\s+|,?\s+(?:and\s+)?then\b|,?\s+after\s+that\b|,?\s+afterwards\b|,\s+and\b|,?\s+and\s+also\b|"
     r",?\s+(?:und\s+)?(?:dann|danach|anschließend)\b|,?\s+(?:y\s+)?(?:luego|después)\b|,?\s+(?:et\s+)?(?:puis|ensuite)\b|"
     r",?\s+(?:e\s+)?(?:depois|em seguida|poi|quindi)\b|,?\s+(?:en\s+)?(?:daarna|dan)\b|,?\s+(?:а\s+)?(?:затем|потом)\b|"
@@ -183,7 +191,7 @@ _CLAUSE = re.compile(
     r"take|click|check|run|commit|push|deploy|reply|notify|tell|email|share|upload|download|fetch|close|assign|"
     r"update|scale|restart|book|star|fork|tag|label)\b))\s*",
     re.IGNORECASE,
-)
+))
 
 
 def clauses(text: str) -> list[str]:
