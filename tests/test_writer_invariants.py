@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +24,8 @@ from recorder import Recorder
 from proxy.defaults import create_upstream
 from proxy.respcache.embeddings import READ_LIMIT
 from proxy.standin.script import hidden_call
+from proxy.stores.sqlite import SqliteStore
+from proxy.testing import FaultyStore
 
 AUTH = {"authorization": f"Bearer {KEY}"}
 SHAPES = ["chat", "responses", "messages"]
@@ -260,4 +263,23 @@ def test_accepted_work_runs_once_across_a_round_loop_and_never_for_a_refused_tur
     assert eventually(lambda: asks(keel) >= 1)
     time.sleep(0.3)
     assert asks(keel) == 1
+    settled(keel, access, 2)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_savings_batch_the_store_refuses_costs_the_turn_nothing(
+        standin: ServerThread, start_keel: Callable[..., ServerThread], access: Lines, tmp_path: Path, shape: str,
+        stream: bool) -> None:
+    """Store.batch (the savings ledger's two round trips, after the answer) failing as StoreError:
+    each turn is still answered whole and counted once."""
+    store = FaultyStore(SqliteStore(str(tmp_path / "k.db")), "raise", only={"batch"})
+    keel = start_keel(keel_config(tenant(standin.url + "/v1", context={"stable": True}), savings={"enabled": True}),
+                      store=store)
+    usage = {"stream_options": {"include_usage": True}} if shape == "chat" and stream else {}  # no usage: nothing to write
+    for text in ("first [[words 5]]", "second [[words 5]]"):
+        reply = httpx.post(keel.url + PATHS[shape], json=body(shape, text, stream, **usage), headers=AUTH, timeout=20)
+        assert reply.status_code == 200 and not error_events(shape, reply.content)
+        assert b"word4" in reply.content
+    assert eventually(lambda: store.faults["batch"] >= 2), store.faults
     settled(keel, access, 2)
