@@ -353,3 +353,20 @@ def test_a_client_leaving_a_fast_stream_is_counted_at_once_with_no_collection(
                       timeout=10) as reply:
         next(reply.iter_raw())
     settled(keel, access, 1)
+
+
+@pytest.mark.parametrize("shape", ["chat", "responses"])
+def test_a_client_leaving_a_stream_whose_ids_are_watched_is_counted_at_once(
+        standin: ServerThread, start_keel: Callable[..., ServerThread], access: Lines, no_collection: None,
+        shape: str) -> None:
+    """A stored reply's stream (chat with store, Responses by default) passes through the owner
+    watch (proxy/owners.py) on its way out: a client leaving it still closes the writer's stream."""
+    keel = start_keel(keel_config(tenant(standin.url + "/v1")))
+    with httpx.stream("POST", keel.url + PATHS[shape], json=body(shape, "[[drip 0.02]] [[words 2000]]", store=True),
+                      headers=AUTH, timeout=10) as reply:
+        next(reply.iter_raw())
+    settled(keel, access, 1)
+    with httpx.stream("POST", keel.url + PATHS[shape], json=body(shape, "[[words 200000]]", store=True),
+                      headers=AUTH, timeout=10) as reply:
+        next(reply.iter_raw())
+    settled(keel, access, 2)
