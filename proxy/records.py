@@ -33,14 +33,18 @@ def load(raw: bytes) -> JsonObject | None:
         data = jsontext.loads(raw)
     except ValueError:
         return None
-    return data if isinstance(data, dict) and data.get(VERSION) == FORMAT else None
+    if not isinstance(data, dict):
+        return None
+    version = data.get(VERSION)
+    return data if type(version) is int and version == FORMAT else None  # JSON true == 1 in Python: not a version
 
 
-def _lean(required: JsonObject, optional: JsonObject) -> JsonObject:
+def _lean(required: JsonObject, optional: JsonObject, defaults: JsonObject) -> JsonObject:
     """The fields to store: the required ones, and only those optional ones that say something (a
-    new conversation's record is mostly nulls and empty lists; `from_stored` puts them back)."""
-    return {**required, **{k: v for k, v in optional.items() if v is not None and v != "" and v != [] and v != {}
-                           and v != 0.0}}
+    new conversation's record is mostly nulls and empty lists; `from_stored` puts them back). An
+    optional field is left out only at the value its reader puts back (`defaults`, else None): an
+    empty string where None is the default is kept, or it would read back as None."""
+    return {**required, **{k: v for k, v in optional.items() if v is not None and v != defaults.get(k)}}
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -94,6 +98,11 @@ class HiddenExchange:
                    _strings(data.get("found")), str(data.get("answer") or ""), str(data.get("catalog") or ""))
 
 
+# What `from_stored` puts back for an optional field left out (one not named here: None).
+_RECORD_DEFAULTS: JsonObject = {"hidden_exchanges": [], "dispatched": {}, "created_at": 0.0, "context": "", "needs": []}
+_ANCHOR_DEFAULTS: JsonObject = {"front": [], "memory": {}, "created_at": 0.0}
+
+
 @dataclass(frozen=True)
 class TurnRecord:
     """What Keel rendered for one user message, so later requests render the same bytes."""
@@ -127,7 +136,7 @@ class TurnRecord:
             "hidden_exchanges": [x.to_stored() for x in self.hidden_exchanges],
             "dispatched": dict(self.dispatched), "tools_update": self.tools_update,
             "created_at": self.created_at, "context": self.context, "needs": list(self.needs),
-        }))
+        }, _RECORD_DEFAULTS))
 
     @classmethod
     def from_stored(cls, raw: bytes) -> TurnRecord | None:
@@ -148,7 +157,7 @@ class TurnRecord:
                 _text(data.get("tools_update")), float(data.get("created_at") or 0.0),
                 str(data.get("context") or ""), _strings(data.get("needs")),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int() of a huge float
             return None
 
 
@@ -173,7 +182,7 @@ class SegmentAnchor:
             "front": list(self.front), "date": self.date, "memory": dict(self.memory),
             "context_state": self.context_state.to_stored() if self.context_state is not None else None,
             "created_at": self.created_at, "front_ref": self.front_ref,
-        }))
+        }, _ANCHOR_DEFAULTS))
 
     @classmethod
     def from_stored(cls, raw: bytes) -> SegmentAnchor | None:
@@ -190,7 +199,7 @@ class SegmentAnchor:
                 StoredState.from_stored(data.get("context_state")), float(data.get("created_at") or 0.0),
                 _text(data.get("front_ref")),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int() of a huge float
             return None
 
 

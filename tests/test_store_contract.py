@@ -127,6 +127,27 @@ async def test_a_batch_is_its_calls_in_order(store: Store) -> None:
     assert await store.batch([Get(key("batch", "brief")), Get(key("batch", "old"))]) == [None, b"after"]
 
 
+async def test_a_batch_that_fails_part_way_is_a_store_error_and_leaves_the_store_usable(store: Store) -> None:
+    """An op a store refuses inside a batch (a Redis list op on a key holding a string: WRONGTYPE)
+    fails the whole batch as StoreError, the error every caller is fail-open for, never a
+    client library's own; the next calls, batched or not, go through. Stores that keep each kind
+    in its own namespace refuse nothing here and answer in order."""
+    from proxy.stores import StoreError
+
+    plain = key("batchfail", "plain")
+    await store.set(plain, b"a string")
+    ops = [Set(key("batchfail", "a"), b"1"), Append(plain, b"x"), Incr(plain, {"n": 1}),
+           ReadCounters((plain,)), Set(key("batchfail", "b"), b"2")]
+    try:
+        answers = await store.batch(ops)
+    except StoreError:  # what went before the refused op is done (a batch is not a transaction on Redis)
+        assert await store.get(key("batchfail", "a")) == b"1"
+    else:
+        assert answers == [None, 1, None, [{"n": 1.0}], None]
+    after = await store.batch([Set(key("batchfail", "c"), b"3"), Get(key("batchfail", "c"))])
+    assert after == [None, b"3"] and await store.get(plain) == b"a string"
+
+
 async def test_ping(store: Store) -> None:
     assert await store.ping() is True
 

@@ -103,7 +103,7 @@ class Ledger:
     @staticmethod
     def _rank(raw: object, conversation: str, usd: float) -> bytes | None:
         """The day's costliest conversations with this one in (None: it does not beat the cheapest kept)."""
-        top: dict[str, float] = orjson.loads(raw) if isinstance(raw, bytes) else {}
+        top = _top(raw)
         if conversation not in top and len(top) >= TOP_KEPT and usd <= min(top.values()):
             return None
         top[conversation] = usd
@@ -154,8 +154,7 @@ class Ledger:
             day += DAY
         names: set[str] = set()
         for raw in await self.store.get_many([self._key(tenant, "top", d) for d in days]):
-            if raw:
-                names.update(orjson.loads(raw))
+            names.update(_top(raw))
         ordered = sorted(names)
         found = await self.store.counters([self._key(tenant, "conv", c) for c in ordered])
         return {c: totals for c, totals in zip(ordered, found, strict=True) if totals}
@@ -167,6 +166,18 @@ class Ledger:
         """The memory model's average cost per run, over every run recorded (None before the first)."""
         (found,) = await self.store.counters([self._key(tenant, "memory")])
         return found["usd"] / found["runs"] if found.get("runs") else None
+
+
+def _top(raw: object) -> dict[str, float]:
+    """A day's top list as stored; one Keel cannot read (corrupted, another version's) is empty, so
+    that it costs no turn its record (the list is rebuilt from the day's next turns)."""
+    try:
+        top = orjson.loads(raw) if isinstance(raw, bytes) else {}
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(top, dict):
+        return {}
+    return {str(c): float(usd) for c, usd in top.items() if isinstance(usd, int | float) and not isinstance(usd, bool)}
 
 
 def summed(rows: Iterable[dict[str, float]]) -> dict[str, float]:

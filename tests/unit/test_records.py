@@ -33,3 +33,25 @@ def test_another_format_version_is_absent() -> None:
     raw = TurnRecord("h", "seg", "conv", 0).to_stored()
     assert TurnRecord.from_stored(raw.replace(b'"v":1', b'"v":2')) is None
     assert TurnRecord.from_stored(b'{"chain_hash":"h","segment":"s","conversation":"c","position":0}') is None
+
+
+def test_empty_strings_where_none_is_the_default_read_back_as_written() -> None:
+    """An empty `<context_update>`, date or blob ref is not the absent one: leaving it out made
+    it read back as None (found by the adversarial review)."""
+    record = TurnRecord("h", "seg", "conv", 0, "", StoredState("", ""), (), (), {}, "", 0.0, "", ())
+    assert TurnRecord.from_stored(record.to_stored()) == record
+    anchor = SegmentAnchor("seg", "conv", (), "", {}, None, 0.0, "")
+    assert SegmentAnchor.from_stored(anchor.to_stored()) == anchor
+    raw = TurnRecord("h", "seg", "conv", 0).to_stored()
+    assert b"context" not in raw.replace(b'"conversation"', b""), "a default empty field is still left out"
+
+
+def test_a_stored_number_too_large_for_a_position_is_absent() -> None:
+    raw = b'{"v":1,"chain_hash":"h","segment":"s","conversation":"c","position":1e400}'
+    assert TurnRecord.from_stored(raw) is None
+
+
+def test_a_version_that_only_compares_equal_is_another_format() -> None:
+    raw = TurnRecord("h", "seg", "conv", 0).to_stored()
+    assert TurnRecord.from_stored(raw.replace(b'"v":1', b'"v":true')) is None
+    assert SegmentAnchor.from_stored(SegmentAnchor("s", "c").to_stored().replace(b'"v":1', b'"v":true')) is None
