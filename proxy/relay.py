@@ -160,11 +160,13 @@ class Writer:
             outcome.error = "client_disconnected"
             raise
         finally:
-            if isinstance(chunks, AsyncGenerator):  # closed now, not by the collector, when the client left early
-                await chunks.aclose()
-            if self._streams_open is not None:
-                self._streams_open.dec()
-            self._report(outcome)
+            try:
+                if isinstance(chunks, AsyncGenerator):  # closed now, not by the collector, when the client left early
+                    await chunks.aclose()
+            finally:  # counted and reported even if closing the body fails
+                if self._streams_open is not None:
+                    self._streams_open.dec()
+                self._report(outcome)
 
     async def relay(self, response: UpstreamResponse, extra_headers: Mapping[str, str] | None = None,
                     accounting: Watch | None = None, expect_end: bool = False) -> Response:
