@@ -87,22 +87,29 @@ def anthropic_tools() -> list[dict[str, Any]]:
 
 # ---- the setups: each has the 5-turn conversation at `url` with `key` and returns the turns answered ----
 
-def openai_chat(url: str, key: str) -> int:
-    from openai import OpenAI
-
-    client, tools = OpenAI(base_url=url + "/v1", api_key=key), catalog()
+def chat_loop(complete: Callable[[list[Any]], Any]) -> int:
+    """The conversation through a Chat-Completions-shaped client: `complete(messages)` is its
+    answer's message (tool calls answered with RESULT until it answers in words)."""
     messages: list[Any] = [{"role": "system", "content": SYSTEM}]
     answered = 0
     for text in TURNS:
         messages.append({"role": "user", "content": text})
         while True:
-            message = client.chat.completions.create(model=OPENAI_MODEL, messages=messages, tools=tools).choices[0].message
+            message = complete(messages)
             messages.append(message.model_dump(exclude_none=True))
             if not message.tool_calls:
                 break
             messages += [{"role": "tool", "tool_call_id": c.id, "content": RESULT} for c in message.tool_calls]
         answered += bool(message.content)
     return answered
+
+
+def openai_chat(url: str, key: str) -> int:
+    from openai import OpenAI
+
+    client, tools = OpenAI(base_url=url + "/v1", api_key=key), catalog()
+    return chat_loop(lambda messages: client.chat.completions.create(
+        model=OPENAI_MODEL, messages=messages, tools=tools).choices[0].message)
 
 
 def openai_responses(url: str, key: str) -> int:
@@ -187,19 +194,8 @@ def langchain_anthropic(url: str, key: str) -> int:
 def litellm_loop(model: str, base: str, key: str, tools: list[dict[str, Any]]) -> int:
     import litellm
 
-    messages: list[Any] = [{"role": "system", "content": SYSTEM}]
-    answered = 0
-    for text in TURNS:
-        messages.append({"role": "user", "content": text})
-        while True:
-            message = litellm.completion(model=model, api_base=base, api_key=key, messages=messages,
-                                         tools=tools).choices[0].message
-            messages.append(message.model_dump(exclude_none=True))
-            if not message.tool_calls:
-                break
-            messages += [{"role": "tool", "tool_call_id": c.id, "content": RESULT} for c in message.tool_calls]
-        answered += bool(message.content)
-    return answered
+    return chat_loop(lambda messages: litellm.completion(model=model, api_base=base, api_key=key, messages=messages,
+                                                         tools=tools).choices[0].message)
 
 
 def litellm_openai(url: str, key: str) -> int:

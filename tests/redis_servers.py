@@ -15,8 +15,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 HOST = "127.0.0.1"
 FIRST, LAST = 7100, 7199
@@ -166,6 +168,18 @@ class Server:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+T = TypeVar("T", bound="Cluster | SentinelSet")
+
+
+def _up_or_stopped(topology: T, start: Callable[[], T]) -> T:
+    """`start()`, or, when it fails, every server it started stopped (so no port stays taken)."""
+    try:
+        return start()
+    except BaseException:
+        topology.stop()
+        raise
+
+
 class Cluster:
     """Three masters, each with one replica, failing over within about two seconds."""
 
@@ -183,11 +197,7 @@ class Cluster:
         return "redis+cluster://" + auth + ",".join(f"{HOST}:{n.port}" for n in self.nodes[:3]) + "/"
 
     def start(self) -> Cluster:
-        try:
-            return self._start()
-        except BaseException:  # a cluster that did not come up leaves no node running (and no port taken)
-            self.stop()
-            raise
+        return _up_or_stopped(self, self._start)
 
     def _start(self) -> Cluster:
         for node in self.nodes:
@@ -285,11 +295,7 @@ class SentinelSet:
                 + f"/{self.SERVICE}/{db}")
 
     def start(self) -> SentinelSet:
-        try:
-            return self._start()
-        except BaseException:  # a set that did not come up leaves no server running (and no port taken)
-            self.stop()
-            raise
+        return _up_or_stopped(self, self._start)
 
     def _start(self) -> SentinelSet:
         self.master.start()
